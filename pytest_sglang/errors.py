@@ -1,0 +1,111 @@
+"""Typed errors. Each message says what happened, for how long, what the server said, and what to try."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+class PluginError(Exception):
+    """Base of every error pytest-sglang raises on purpose."""
+
+
+class ProfileError(PluginError):
+    """A profile is unknown, malformed, or names a bad key or value."""
+
+
+class PortInUseError(PluginError):
+    """Something already listens on the port the server was meant to take."""
+
+
+class BenchmarkError(PluginError):
+    """A benchmark could not run, or some of its requests failed."""
+
+
+class BaselineError(PluginError):
+    """The baseline file cannot be read or written."""
+
+
+@dataclass
+class Diagnosis:
+    """What the log said about a failure: the facts an error message is built from."""
+
+    root_causes: list[str] = field(default_factory=list)  # one block per distinct exception, cause line first
+    last_lines: list[str] = field(default_factory=list)
+    phase: str | None = None  # last startup phase reached
+    exit_code: int | None = None  # negative: killed by that signal (Popen's convention)
+
+
+def describe_exit(code: int | None) -> str | None:
+    if code is None:
+        return None
+    if code < 0:
+        import signal
+
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        return f"killed by {name} (exit code {128 - code})"
+    return f"exit code {code}"
+
+
+class ServerError(PluginError):
+    """A server failed; the message is built from a Diagnosis."""
+
+    def __init__(
+        self,
+        headline: str,
+        *,
+        profile: str,
+        log_path: Path | None,
+        diagnosis: Diagnosis,
+        elapsed: float | None = None,
+        hints: Sequence[str] = (),
+    ) -> None:
+        self.headline = headline
+        self.profile = profile
+        self.log_path = log_path
+        self.diagnosis = diagnosis
+        self.elapsed = elapsed
+        self.hints = list(hints)
+        super().__init__(self.render())
+
+    def render(self) -> str:
+        d = self.diagnosis
+        parts = [f"[sglang {self.profile}] {self.headline}"]
+        facts = []
+        if self.elapsed is not None:
+            facts.append(f"after {self.elapsed:.1f} s")
+        exit_text = describe_exit(d.exit_code)
+        if exit_text:
+            facts.append(exit_text)
+        if d.phase:
+            facts.append(f"last phase: {d.phase}")
+        if facts:
+            parts[0] += " (" + ", ".join(facts) + ")"
+        if d.root_causes:
+            parts.append("")
+            parts.append("Root cause from the server log:")
+            for block in d.root_causes:
+                parts.extend("    " + line for line in block.splitlines())
+                parts.append("")
+        elif d.last_lines:
+            parts.append("")
+            parts.append(f"Last {len(d.last_lines)} log lines:")
+            parts.extend("    " + line for line in d.last_lines)
+            parts.append("")
+        if self.log_path is not None:
+            parts.append(f"Full log: {self.log_path}")
+        for hint in self.hints:
+            parts.append(f"Try: {hint}")
+        return "\n".join(parts)
+
+
+class ServerStartupError(ServerError):
+    """The server did not become ready: it exited, crashed while alive, or timed out."""
+
+
+class ServerDiedError(ServerError):
+    """A server that was ready has died during the session."""
