@@ -1,0 +1,546 @@
+"""HTTP client for SGLang, vLLM and OpenAI-compatible servers. Knows nothing about pytest.
+
+Two halves:
+
+* :class:`Client`, a small synchronous client over ``requests`` for the calls a test makes one at a time:
+  ``/generate``, ``/v1/completions``, ``/v1/chat/completions`` (plain or streamed), ``/server_info``,
+  ``/v1/models``.
+* :func:`stream_request`, an asyncio HTTP/1.1 streaming client on raw sockets, used by the load generator
+  (bench.py). One event loop drives hundreds of concurrent streams and stamps every SSE event with
+  ``time.perf_counter()`` the moment its bytes arrive; benchmarks/client_ceiling.py measures how far it goes.
+
+The API key travels only in the ``Authorization`` header and is never part of a message or a repr.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import ssl
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+from urllib.parse import urlsplit
+
+import requests
+
+Api = Literal["completions", "chat", "generate"]
+API_PATHS: dict[str, str] = {
+    "completions": "/v1/completions",
+    "chat": "/v1/chat/completions",
+    "generate": "/generate",
+}
+_BODY_EXCERPT = 2000  # characters of an error body kept for messages
+
+
+def auth_headers(api_key: str | None) -> dict[str, str]:
+    return {"Authorization": f"Bearer {api_key}"} if api_key else {}
+
+
+def build_payload(
+    api: Api,
+    *,
+    prompt: str | Sequence[int],
+    output_len: int,
+    model: str | None = None,
+    ignore_eos: bool = True,
+    stream: bool = True,
+    temperature: float = 0.0,
+    extra: Mapping[str, Any] | None = None,
+) -> tuple[str, dict[str, Any]]:
+    """The path and JSON body of one generation request.
+
+    ``prompt`` is text or token ids. Token ids go to SGLang's ``input_ids`` (native) or the OpenAI ``prompt``
+    as a list of ids (both SGLang and vLLM accept it); chat takes text only.
+    """
+    if api not in API_PATHS:
+        raise ValueError(f"unknown api {api!r}: expected one of {', '.join(API_PATHS)}")
+    body: dict[str, Any]
+    if api == "generate":
+        sampling: dict[str, Any] = {"max_new_tokens": output_len, "temperature": temperature,
+                                    "ignore_eos": ignore_eos}
+        body = {"sampling_params": sampling, "stream": stream}
+        if isinstance(prompt, str):
+            body["text"] = prompt
+        else:
+            body["input_ids"] = list(prompt)
+    else:
+        body = {"max_tokens": output_len, "temperature": temperature, "stream": stream,
+                "ignore_eos": ignore_eos}
+        if model:
+            body["model"] = model
+        if stream:
+            body["stream_options"] = {"include_usage": True}
+        if api == "chat":
+            if not isinstance(prompt, str):
+                raise ValueError("the chat API takes a text prompt, not token ids")
+            body["messages"] = [{"role": "user", "content": prompt}]
+        else:
+            body["prompt"] = prompt if isinstance(prompt, str) else list(prompt)
+    if extra:
+        for key, value in extra.items():
+            if isinstance(value, Mapping) and isinstance(body.get(key), dict):
+                body[key] = {**body[key], **value}
+            else:
+                body[key] = value
+    return API_PATHS[api], body
+
+
+# --------------------------------------------------------------------------------------------------------
+# Streaming result and the per-API event parsers
+
+
+@dataclass
+class StreamResult:
+    """One streamed request, as the client saw it. Times are ``time.perf_counter()`` seconds."""
+
+    ok: bool = False
+    status: int | None = None
+    error: str | None = None  # the body of a non-200 answer, an in-stream error, or the exception
+    connection_error: bool = False  # could not connect, or the connection broke mid-stream
+    start: float = 0.0  # just before the request's first byte was written
+    end: float = 0.0  # when the stream finished (or failed)
+    chunk_times: list[float] = field(default_factory=list)  # arrival of each event that carried output
+    chunk_tokens: list[int] = field(default_factory=list)  # tokens per such event where the server says
+    text: str = ""
+    prompt_tokens: int | None = None  # server-reported
+    completion_tokens: int | None = None  # server-reported
+    spec_verify_ct: int | None = None  # native API under speculative decoding
+
+    @property
+    def ttft(self) -> float | None:
+        return self.chunk_times[0] - self.start if self.chunk_times else None
+
+    @property
+    def latency(self) -> float:
+        return self.end - self.start
+
+
+class _EventParser:
+    """Feeds SSE ``data:`` payloads of one API into a StreamResult."""
+
+    def __init__(self, api: Api, result: StreamResult) -> None:
+        self.api = api
+        self.r = result
+        self._native_text_len = 0
+        self._native_tokens = 0
+        self.done = False
+
+    def feed(self, payload: bytes, now: float) -> None:
+        if payload == b"[DONE]":
+            self.done = True
+            return
+        try:
+            data = json.loads(payload)
+        except ValueError:
+            self._fail(f"unparsable stream event: {payload[:200]!r}")
+            return
+        if not isinstance(data, dict):
+            return
+        if data.get("error") is not None or data.get("object") == "error":
+            err = data.get("error", data)
+            self._fail("in-stream error: " + json.dumps(err)[:_BODY_EXCERPT])
+            return
+        if self.api == "generate":
+            self._feed_native(data, now)
+        else:
+            self._feed_openai(data, now)
+
+    def _fail(self, message: str) -> None:
+        if self.r.error is None:
+            self.r.error = message
+
+    def _feed_openai(self, data: dict[str, Any], now: float) -> None:
+        choices = data.get("choices") or []
+        if choices:
+            choice = choices[0]
+            if self.api == "chat":
+                delta = choice.get("delta") or {}
+                piece = (delta.get("content") or "") + (delta.get("reasoning_content") or "")
+            else:
+                piece = choice.get("text") or ""
+            if piece:
+                self.r.chunk_times.append(now)
+                self.r.text += piece
+        usage = data.get("usage")
+        if isinstance(usage, dict):
+            if usage.get("completion_tokens") is not None:
+                self.r.completion_tokens = int(usage["completion_tokens"])
+            if usage.get("prompt_tokens") is not None:
+                self.r.prompt_tokens = int(usage["prompt_tokens"])
+
+    def _feed_native(self, data: dict[str, Any], now: float) -> None:
+        meta = data.get("meta_info") or {}
+        text = data.get("text") or ""
+        tokens = meta.get("completion_tokens")
+        grew = False
+        if tokens is not None:
+            tokens = int(tokens)
+            if tokens > self._native_tokens:
+                self.r.chunk_tokens.append(tokens - self._native_tokens)
+                self._native_tokens = tokens
+                grew = True
+            self.r.completion_tokens = tokens
+        elif len(text) > self._native_text_len:
+            grew = True
+        if grew:
+            self.r.chunk_times.append(now)
+        if len(text) >= self._native_text_len:
+            self.r.text = text
+            self._native_text_len = len(text)
+        if meta.get("prompt_tokens") is not None:
+            self.r.prompt_tokens = int(meta["prompt_tokens"])
+        if meta.get("spec_verify_ct") is not None:
+            self.r.spec_verify_ct = int(meta["spec_verify_ct"])
+        finish = meta.get("finish_reason")
+        if isinstance(finish, dict) and finish.get("type") == "abort":
+            self._fail("request aborted by the server: " + json.dumps(finish)[:_BODY_EXCERPT])
+
+
+# --------------------------------------------------------------------------------------------------------
+# asyncio HTTP/1.1 on raw sockets
+
+
+class _HTTPError(Exception):
+    pass
+
+
+@dataclass
+class _Conn:
+    reader: asyncio.StreamReader
+    writer: asyncio.StreamWriter
+
+
+class ConnectionPool:
+    """Keep-alive connections to one origin, for one event loop."""
+
+    def __init__(self, base_url: str, *, api_key: str | None = None, limit: int = 1024) -> None:
+        parts = urlsplit(base_url)
+        if parts.scheme not in ("http", "https"):
+            raise ValueError(f"base_url must be http:// or https://, got {base_url!r}")
+        self.host = parts.hostname or "127.0.0.1"
+        self.port = parts.port or (443 if parts.scheme == "https" else 80)
+        self.ssl: ssl.SSLContext | None = ssl.create_default_context() if parts.scheme == "https" else None
+        self.prefix = parts.path.rstrip("/")
+        self.host_header = parts.netloc.rsplit("@", 1)[-1]
+        self._auth = "".join(f"{k}: {v}\r\n" for k, v in auth_headers(api_key).items())
+        self._idle: list[_Conn] = []
+        self.limit = limit
+
+    def __repr__(self) -> str:  # never shows the key
+        return f"ConnectionPool({self.host}:{self.port})"
+
+    async def acquire(self) -> tuple[_Conn, bool]:
+        while self._idle:
+            conn = self._idle.pop()
+            if not conn.reader.at_eof() and not conn.writer.is_closing():
+                return conn, True
+            conn.writer.close()
+        reader, writer = await asyncio.open_connection(self.host, self.port, ssl=self.ssl, limit=2**20)
+        return _Conn(reader, writer), False
+
+    def release(self, conn: _Conn, reusable: bool) -> None:
+        if reusable and len(self._idle) < self.limit:
+            self._idle.append(conn)
+        else:
+            conn.writer.close()
+
+    async def close(self) -> None:
+        idle, self._idle = self._idle, []
+        for conn in idle:
+            conn.writer.close()
+        for conn in idle:
+            try:
+                await conn.writer.wait_closed()
+            except OSError:
+                pass
+
+    def request_bytes(self, path: str, body: bytes) -> bytes:
+        head = (
+            f"POST {self.prefix}{path} HTTP/1.1\r\nHost: {self.host_header}\r\n"
+            f"Content-Type: application/json\r\nAccept: text/event-stream\r\n{self._auth}"
+            f"Content-Length: {len(body)}\r\n\r\n"
+        )
+        return head.encode("latin-1") + body
+
+
+async def _read_head(reader: asyncio.StreamReader) -> tuple[int, dict[str, str]]:
+    line = await reader.readline()
+    if not line:
+        raise ConnectionResetError("server closed the connection before answering")
+    parts = line.split(None, 2)
+    if len(parts) < 2 or not parts[0].startswith(b"HTTP/"):
+        raise _HTTPError(f"malformed status line {line[:100]!r}")
+    status = int(parts[1])
+    headers: dict[str, str] = {}
+    while True:
+        line = await reader.readline()
+        if line in (b"\r\n", b"\n", b""):
+            break
+        name, _, value = line.decode("latin-1").partition(":")
+        headers[name.strip().lower()] = value.strip()
+    return status, headers
+
+
+async def _body_pieces(reader: asyncio.StreamReader, headers: dict[str, str]) -> Any:
+    """Async iterator over the body's bytes as they arrive; sets nothing, yields bytes."""
+    if "chunked" in headers.get("transfer-encoding", "").lower():
+        while True:
+            size_line = await reader.readline()
+            if not size_line:
+                raise ConnectionResetError("connection closed inside a chunked body")
+            size = int(size_line.split(b";", 1)[0].strip() or b"0", 16)
+            if size == 0:
+                while (await reader.readline()) not in (b"\r\n", b"\n", b""):
+                    pass  # trailers
+                return
+            data = await reader.readexactly(size + 2)
+            yield data[:-2]
+    elif "content-length" in headers:
+        remaining = int(headers["content-length"])
+        while remaining > 0:
+            data = await reader.read(min(remaining, 65536))
+            if not data:
+                raise ConnectionResetError("connection closed before the body was complete")
+            remaining -= len(data)
+            yield data
+    else:
+        while True:
+            data = await reader.read(65536)
+            if not data:
+                return
+            yield data
+
+
+def _sse_payloads(buffer: bytearray) -> Iterator[bytes]:
+    """Complete ``data:`` payloads at the front of ``buffer`` (consumed); a partial event stays."""
+    while True:
+        # Events end with a blank line; accept \n\n and \r\n\r\n.
+        idx = buffer.find(b"\n\n")
+        idx_crlf = buffer.find(b"\r\n\r\n")
+        if idx < 0 and idx_crlf < 0:
+            return
+        if idx_crlf >= 0 and (idx < 0 or idx_crlf < idx):
+            event, cut = bytes(buffer[:idx_crlf]), idx_crlf + 4
+        else:
+            event, cut = bytes(buffer[:idx]), idx + 2
+        del buffer[:cut]
+        data_lines = [ln[5:].lstrip(b" ") for ln in event.splitlines() if ln.startswith(b"data:")]
+        if data_lines:
+            yield b"\n".join(data_lines)
+
+
+async def stream_request(
+    pool: ConnectionPool,
+    api: Api,
+    body: Mapping[str, Any],
+    *,
+    timeout: float | None = None,
+    path: str | None = None,
+) -> StreamResult:
+    """Send one streaming generation request and time every event. Never raises for server trouble:
+    failures come back in ``StreamResult.ok/status/error/connection_error``."""
+    result = StreamResult()
+    state: dict[str, Any] = {"conn": None, "reusable": False}
+    try:
+        await asyncio.wait_for(_stream(pool, api, body, path, result, state), timeout)
+    except (OSError, asyncio.IncompleteReadError) as exc:
+        result.connection_error = True
+        result.error = f"{type(exc).__name__}: {exc}"
+    except asyncio.TimeoutError:
+        result.error = f"timed out after {timeout} s"
+    except (_HTTPError, ValueError) as exc:
+        result.error = f"{type(exc).__name__}: {exc}"
+    finally:
+        if not result.end:
+            result.end = time.perf_counter()
+        if result.error is not None:
+            result.ok = False
+        conn = state["conn"]
+        if conn is not None:
+            pool.release(conn, bool(state["reusable"]) and result.ok)
+    return result
+
+
+async def _stream(pool: ConnectionPool, api: Api, body: Mapping[str, Any], path: str | None,
+                  result: StreamResult, state: dict[str, Any]) -> None:
+    parser = _EventParser(api, result)
+    raw = pool.request_bytes(path or API_PATHS[api], json.dumps(body).encode())
+    for attempt in (0, 1):
+        conn, was_idle = await pool.acquire()
+        state["conn"] = conn
+        result.start = time.perf_counter()
+        conn.writer.write(raw)
+        try:
+            await conn.writer.drain()
+            status, headers = await _read_head(conn.reader)
+            break
+        except (ConnectionResetError, BrokenPipeError):
+            conn.writer.close()
+            state["conn"] = None
+            if not was_idle or attempt:
+                raise  # a fresh connection failed: a real error; an idle one may just have gone stale
+    result.status = status
+    framed = "chunked" in headers.get("transfer-encoding", "").lower() or "content-length" in headers
+    keep_alive = framed and headers.get("connection", "").lower() != "close"
+    if status != 200:
+        pieces = [piece async for piece in _body_pieces(conn.reader, headers)]
+        text = b"".join(pieces).decode("utf-8", "replace")
+        result.error = text[:_BODY_EXCERPT] or f"HTTP {status} with an empty body"
+        result.end = time.perf_counter()
+        state["reusable"] = keep_alive
+        return
+    buffer = bytearray()
+    async for piece in _body_pieces(conn.reader, headers):
+        now = time.perf_counter()
+        buffer += piece
+        for payload in _sse_payloads(buffer):
+            parser.feed(payload, now)
+    if buffer.strip():
+        buffer += b"\n\n"
+        for payload in _sse_payloads(buffer):
+            parser.feed(payload, time.perf_counter())
+    result.end = time.perf_counter()
+    state["reusable"] = keep_alive
+    result.ok = result.error is None
+    if result.ok and not result.chunk_times:
+        result.ok = False
+        result.error = "the stream ended without any output"
+
+
+# --------------------------------------------------------------------------------------------------------
+# Synchronous client
+
+
+class Client:
+    """Synchronous client for one server: ``Client(server.base_url, api_key=server.api_key)``."""
+
+    def __init__(self, base_url: str, *, api_key: str | None = None, timeout: float = 600.0,
+                 model: str | None = None) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.timeout = timeout
+        self.session = requests.Session()
+        self.session.headers.update(auth_headers(api_key))
+        self._model = model
+
+    def __repr__(self) -> str:  # never shows the key
+        return f"Client({self.base_url!r})"
+
+    def url(self, path: str) -> str:
+        return self.base_url + (path if path.startswith("/") else "/" + path)
+
+    def get(self, path: str, **kwargs: Any) -> requests.Response:
+        return self.session.get(self.url(path), timeout=kwargs.pop("timeout", self.timeout), **kwargs)
+
+    def post(self, path: str, json_body: Any, **kwargs: Any) -> requests.Response:
+        return self.session.post(self.url(path), json=json_body,
+                                 timeout=kwargs.pop("timeout", self.timeout), **kwargs)
+
+    def _json(self, response: requests.Response) -> Any:
+        if response.status_code != 200:
+            raise requests.HTTPError(
+                f"{response.request.method} {response.url} answered {response.status_code}: "
+                f"{response.text[:_BODY_EXCERPT]}",
+                response=response,
+            )
+        return response.json()
+
+    def models(self) -> list[str]:
+        return [m["id"] for m in self._json(self.get("/v1/models")).get("data", [])]
+
+    def model(self) -> str | None:
+        """The served model name: the one given, else the first of ``/v1/models``."""
+        if self._model is None:
+            try:
+                names = self.models()
+            except (requests.RequestException, ValueError, KeyError, TypeError):
+                names = []
+            self._model = names[0] if names else None
+        return self._model
+
+    def server_info(self) -> dict[str, Any] | None:
+        """SGLang's ``/server_info`` (``/get_server_info`` before 0.5.9); None where neither answers."""
+        for path in ("/server_info", "/get_server_info"):
+            try:
+                response = self.get(path, timeout=30)
+            except requests.RequestException:
+                return None
+            if response.status_code == 200:
+                try:
+                    info = response.json()
+                except ValueError:
+                    return None
+                return info if isinstance(info, dict) else None
+        return None
+
+    def version(self) -> str | None:
+        """The server's version: ``version`` of SGLang's server info, else vLLM's ``/version``."""
+        info = self.server_info()
+        if info and info.get("version"):
+            return str(info["version"])
+        try:
+            response = self.get("/version", timeout=30)
+            if response.status_code == 200:
+                return str(response.json().get("version")) or None
+        except (requests.RequestException, ValueError, AttributeError):
+            pass
+        return None
+
+    def accept_length(self) -> float | None:
+        """Average speculative accept length (``internal_states[0].avg_spec_accept_length``), else None."""
+        info = self.server_info()
+        if not info:
+            return None
+        states = info.get("internal_states") or []
+        if states and isinstance(states[0], dict):
+            value = states[0].get("avg_spec_accept_length")
+            return float(value) if value is not None else None
+        return None
+
+    def generate(self, prompt: str | Sequence[int], *, max_new_tokens: int = 16, **sampling: Any) -> Any:
+        """Native ``/generate`` without streaming; returns the JSON answer."""
+        _, body = build_payload("generate", prompt=prompt, output_len=max_new_tokens, stream=False,
+                                ignore_eos=sampling.pop("ignore_eos", False),
+                                temperature=sampling.pop("temperature", 0.0))
+        body["sampling_params"].update(sampling)
+        return self._json(self.post("/generate", body))
+
+    def completions(self, prompt: str | Sequence[int], *, max_tokens: int = 16, **extra: Any) -> Any:
+        _, body = build_payload("completions", prompt=prompt, output_len=max_tokens, stream=False,
+                                model=extra.pop("model", None) or self.model(),
+                                ignore_eos=extra.pop("ignore_eos", False), extra=extra)
+        return self._json(self.post("/v1/completions", body))
+
+    def chat(self, content: str, *, max_tokens: int = 16, **extra: Any) -> Any:
+        _, body = build_payload("chat", prompt=content, output_len=max_tokens, stream=False,
+                                model=extra.pop("model", None) or self.model(),
+                                ignore_eos=extra.pop("ignore_eos", False), extra=extra)
+        return self._json(self.post("/v1/chat/completions", body))
+
+    def stream(self, api: Api, prompt: str | Sequence[int], *, max_tokens: int = 16,
+               **extra: Any) -> Iterator[dict[str, Any]]:
+        """Yield each streamed event's JSON (the ``[DONE]`` marker ends the iteration)."""
+        model = (extra.pop("model", None) or self.model()) if api != "generate" else None
+        _, body = build_payload(api, prompt=prompt, output_len=max_tokens, stream=True, model=model,
+                                ignore_eos=extra.pop("ignore_eos", False), extra=extra)
+        with self.session.post(self.url(API_PATHS[api]), json=body, stream=True,
+                               timeout=self.timeout) as response:
+            if response.status_code != 200:
+                self._json(response)
+            for line in response.iter_lines():
+                if not line.startswith(b"data:"):
+                    continue
+                payload = line[5:].strip()
+                if payload == b"[DONE]":
+                    return
+                yield json.loads(payload)
+
+    def close(self) -> None:
+        self.session.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
