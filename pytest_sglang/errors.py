@@ -2,9 +2,31 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+
+_SECRETS: set[str] = set()
+SECRET_NAME = re.compile(r"TOKEN|API_KEY|SECRET|PASSWORD", re.IGNORECASE)
+
+
+def register_secret(value: str | None) -> None:
+    """Remember a value that must never be shown (an --api-key, a *_TOKEN variable)."""
+    if value and len(value) >= 4:
+        _SECRETS.add(value)
+
+
+def register_env_secrets(env: Mapping[str, str]) -> None:
+    for name, value in env.items():
+        if SECRET_NAME.search(name):
+            register_secret(value)
+
+
+def redact(text: str) -> str:
+    for secret in sorted(_SECRETS, key=len, reverse=True):
+        text = text.replace(secret, "***")
+    return text
 
 
 class PluginError(Exception):
@@ -100,7 +122,7 @@ class ServerError(PluginError):
             parts.append(f"Full log: {self.log_path}")
         for hint in self.hints:
             parts.append(f"Try: {hint}")
-        return "\n".join(parts)
+        return redact("\n".join(parts))
 
 
 class ServerStartupError(ServerError):

@@ -1,0 +1,200 @@
+"""Start a server process in its own session with its log in a file, and tear down its whole tree.
+
+No process may outlive a test session. Three nets catch descendants:
+1. the process group (SGLang's schedulers and vLLM's workers stay in it unless they call setsid);
+2. an owner token in every descendant's environment, so processes that left the group and were reparented
+   to init are still found (psutil reads /proc/PID/environ);
+3. a reaper process (pytest_sglang.reaper) that kills the tree if pytest itself is killed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import psutil
+
+from pytest_sglang.errors import PortInUseError
+
+OWNER_ENV = "PYTEST_SGLANG_OWNER"
+
+
+class ServerProcess:
+    """One launched server: its process, its log file, and everything it spawned."""
+
+    def __init__(
+        self,
+        argv: Sequence[str],
+        *,
+        env: Mapping[str, str],
+        log_path: Path,
+        reap_on_parent_death: bool = True,
+    ) -> None:
+        self.argv = list(argv)
+        self.log_path = log_path
+        self.token = uuid.uuid4().hex
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(log_path, "ab") as log:
+            self.popen = subprocess.Popen(
+                self.argv,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env={**env, OWNER_ENV: self.token, "PYTHONUNBUFFERED": "1"},
+                start_new_session=True,
+                close_fds=True,
+            )
+        self.started_at = time.monotonic()
+        self.pid = self.popen.pid
+        self._reaper: subprocess.Popen[bytes] | None = None
+        if reap_on_parent_death:
+            self._reaper = subprocess.Popen(
+                [sys.executable, "-m", "pytest_sglang.reaper", str(os.getpid()), str(self.pid), self.token],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+
+    def poll(self) -> int | None:
+        return self.popen.poll()
+
+    @property
+    def returncode(self) -> int | None:
+        return self.popen.returncode
+
+    def stop(self, grace: float = 30.0) -> int | None:
+        """SIGTERM the group, wait up to `grace` s, SIGKILL the group, then sweep escaped descendants."""
+        try:
+            kill_tree(self.pid, self.token, grace)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.popen.wait(timeout=5)
+        finally:
+            if self._reaper is not None and self._reaper.poll() is None:
+                self._reaper.kill()
+                self._reaper.wait()
+        return self.popen.returncode
+
+
+def owned_processes(token: str) -> list[psutil.Process]:
+    """Every live process whose environment carries this owner token."""
+    found = []
+    for proc in psutil.process_iter():
+        with contextlib.suppress(psutil.Error):
+            if proc.environ().get(OWNER_ENV) == token:
+                found.append(proc)
+    return found
+
+
+def kill_tree(pid: int, token: str, grace: float) -> None:
+    """Stop a server's whole tree: polite first, then certain."""
+    members = _tree(pid, token)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGTERM)
+    for proc in members:
+        with contextlib.suppress(psutil.Error):
+            proc.terminate()
+    _, alive = psutil.wait_procs(members, timeout=grace)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)
+    # A descendant may have spawned more processes during the grace period: look again.
+    for _ in range(3):
+        alive = _tree(pid, token)
+        if not alive:
+            return
+        for proc in alive:
+            with contextlib.suppress(psutil.Error):
+                proc.kill()
+        psutil.wait_procs(alive, timeout=5)
+
+
+def _tree(pid: int, token: str) -> list[psutil.Process]:
+    members: dict[int, psutil.Process] = {}
+    with contextlib.suppress(psutil.Error):
+        root = psutil.Process(pid)
+        members[root.pid] = root
+        for child in root.children(recursive=True):
+            members[child.pid] = child
+    for proc in owned_processes(token):
+        members.setdefault(proc.pid, proc)
+    return [p for p in members.values() if _is_running(p)]
+
+
+def _is_running(proc: psutil.Process) -> bool:
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def free_port(host: str) -> int:
+    with socket.socket(_family(host), socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def port_is_open(host: str, port: int, timeout: float = 0.5) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def check_port_free(host: str, port: int, health_path: str | None) -> None:
+    """Refuse to launch onto a port something already listens on: never mistake a stale server for ours."""
+    if not port_is_open(host, port):
+        return
+    owner = _port_owner(port)
+    answer = _probe_http(host, port, health_path or "/health")
+    what = f"a server answers on it ({answer})" if answer else "something listens on it"
+    raise PortInUseError(
+        f"Port {host}:{port} is busy: {what}{owner}. It may be a stale server from an earlier run. "
+        f"Stop it, leave `port` out of the profile so a free port is chosen, or use --sglang-url="
+        f"http://{host}:{port} to test that server instead."
+    )
+
+
+def wait_port_free(host: str, port: int, timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not port_is_open(host, port, timeout=0.2):
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def _port_owner(port: int) -> str:
+    with contextlib.suppress(psutil.Error, OSError):
+        for conn in psutil.net_connections(kind="tcp"):
+            if conn.laddr and conn.laddr.port == port and conn.status == psutil.CONN_LISTEN and conn.pid:
+                proc = psutil.Process(conn.pid)
+                cmd = " ".join(proc.cmdline()[:6])
+                return f"; held by pid {conn.pid} ({cmd})"
+    return ""
+
+
+def _probe_http(host: str, port: int, path: str) -> str | None:
+    import requests
+
+    try:
+        resp = requests.get(f"http://{_url_host(host)}:{port}{path}", timeout=1.0)
+    except requests.RequestException:
+        return None
+    return f"GET {path} -> HTTP {resp.status_code}"
+
+
+def _family(host: str) -> socket.AddressFamily:
+    return socket.AF_INET6 if ":" in host else socket.AF_INET
+
+
+def _url_host(host: str) -> str:
+    return f"[{host}]" if ":" in host else host

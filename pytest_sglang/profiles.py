@@ -1,0 +1,296 @@
+"""Load, merge (`extends`) and validate server profiles. Every error names the file, the profile and the key."""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from difflib import get_close_matches
+from pathlib import Path
+from typing import Any
+
+from pytest_sglang.errors import ProfileError
+from pytest_sglang.kinds import KINDS
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on 3.10 only
+    import tomli as tomllib
+
+PYPROJECT_TABLE = ("tool", "pytest_sglang", "profiles")
+CONFIG_TABLE = ("profiles",)
+
+# key -> (expected type(s), description used in errors)
+_KEY_TYPES: dict[str, tuple[tuple[type, ...], str]] = {
+    "kind": ((str,), "a string: " + ", ".join(repr(k) for k in KINDS)),
+    "model": ((str,), "a string (model path or name)"),
+    "args": ((list,), "a list of strings"),
+    "env": ((dict,), "a table of strings"),
+    "extends": ((str,), "the name of another profile"),
+    "python": ((str,), "a path to a Python interpreter"),
+    "command": ((list,), "a list of strings"),
+    "startup_timeout": ((int, float), "a number of seconds"),
+    "shutdown_grace": ((int, float), "a number of seconds"),
+    "ready_pattern": ((str,), "a regular expression"),
+    "health_path": ((str,), "an HTTP path such as '/health'"),
+    "host": ((str,), "a host name or address"),
+    "port": ((int,), "a port number"),
+    "sim": ((dict,), "a table of simulator knobs"),
+}
+SIM_KNOBS = frozenset({
+    "startup_seconds", "decode_tok_s", "ttft_ms", "max_batch", "fault", "fault_after",
+    "crash_after_requests", "ignore_sigterm", "accept_length",
+})
+SIM_FAULTS = (None, "traceback", "exit", "hang", "bad-flag")
+_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+
+
+@dataclass(frozen=True)
+class Profile:
+    """One resolved profile: `extends` applied, `${VAR}` expanded, every value checked."""
+
+    name: str
+    source: Path
+    kind: str = "sglang"
+    model: str | None = None
+    args: tuple[str, ...] = ()
+    env: Mapping[str, str] = field(default_factory=dict)
+    python: str | None = None
+    command: tuple[str, ...] | None = None
+    startup_timeout: float = 1800.0
+    shutdown_grace: float = 30.0
+    ready_pattern: str | None = None
+    health_path: str | None = None
+    host: str = "127.0.0.1"
+    port: int | None = None
+    sim: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def api_key(self) -> str | None:
+        """The server's --api-key value, if the profile passes one; clients must send it."""
+        for i, arg in enumerate(self.args):
+            if arg == "--api-key" and i + 1 < len(self.args):
+                return self.args[i + 1]
+            if arg.startswith("--api-key="):
+                return arg.split("=", 1)[1]
+        return None
+
+    def fingerprint(self) -> dict[str, Any]:
+        """What decides whether a running server still matches this profile (used by --sglang-reuse)."""
+        return {
+            "kind": self.kind, "model": self.model, "args": list(self.args), "env": dict(self.env),
+            "python": self.python, "command": list(self.command) if self.command else None,
+            "sim": dict(self.sim),
+        }
+
+
+@dataclass(frozen=True)
+class ProfileSet:
+    source: Path | None
+    profiles: Mapping[str, Profile]
+
+    def select(self, names: list[str]) -> list[Profile]:
+        known = ", ".join(sorted(self.profiles)) or "(none defined)"
+        if not self.profiles:
+            raise ProfileError(
+                f"--sglang-profile={','.join(names)} was given but no profiles are defined. Add "
+                f"[tool.pytest_sglang.profiles.<name>] to pyproject.toml in the rootdir, or pass "
+                f"--sglang-config=FILE with [profiles.<name>] tables."
+            )
+        selected = []
+        for name in names:
+            if name not in self.profiles:
+                hint = get_close_matches(name, list(self.profiles), n=1)
+                maybe = f" Did you mean {hint[0]!r}?" if hint else ""
+                raise ProfileError(
+                    f"Unknown profile {name!r} (from --sglang-profile). Known profiles in {self.source}: "
+                    f"{known}.{maybe}"
+                )
+            selected.append(self.profiles[name])
+        return selected
+
+
+def load_profiles(rootdir: Path, config: Path | None, environ: Mapping[str, str] | None = None) -> ProfileSet:
+    """Profiles from `--sglang-config` if given, else from the rootdir's pyproject.toml (or none)."""
+    environ = os.environ if environ is None else environ
+    if config is not None:
+        path, table_path = config, CONFIG_TABLE
+        if not path.is_file():
+            raise ProfileError(f"--sglang-config={path}: no such file.")
+    else:
+        path, table_path = rootdir / "pyproject.toml", PYPROJECT_TABLE
+        if not path.is_file():
+            return ProfileSet(None, {})
+    text = path.read_text(encoding="utf-8")
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ProfileError(f"{path}: malformed TOML: {exc}. Fix the file at that line.") from None
+    raw: Any = data
+    for part in table_path:
+        raw = raw.get(part, {}) if isinstance(raw, dict) else {}
+    if not isinstance(raw, dict):
+        raise ProfileError(f"{path}: [{'.'.join(table_path)}] must be a table of profiles.")
+    loader = _Loader(path, text, ".".join(table_path), raw, environ)
+    return ProfileSet(path, {name: loader.resolve(name) for name in raw})
+
+
+class _Loader:
+    def __init__(self, path: Path, text: str, table: str, raw: dict[str, Any], environ: Mapping[str, str]):
+        self.path, self.text, self.table, self.raw, self.environ = path, text, table, raw, environ
+
+    def where(self, profile: str, key: str | None = None) -> str:
+        line = _find_line(self.text, f"{self.table}.{profile}", key)
+        loc = f"{self.path}:{line}" if line else str(self.path)
+        return f"{loc}: profile {profile!r}" + (f", key {key!r}" if key else "")
+
+    def resolve(self, name: str, chain: tuple[str, ...] = ()) -> Profile:
+        if name in chain:
+            cycle = " -> ".join((*chain, name))
+            raise ProfileError(f"{self.where(chain[-1], 'extends')}: `extends` loops: {cycle}.")
+        table = self.raw[name]
+        if not isinstance(table, dict):
+            raise ProfileError(f"{self.where(name)}: must be a table, e.g. [{self.table}.{name}].")
+        self.check_keys(name, table)
+        merged: dict[str, Any] = {}
+        parent = table.get("extends")
+        if parent is not None:
+            if parent not in self.raw:
+                known = ", ".join(sorted(self.raw))
+                raise ProfileError(
+                    f"{self.where(name, 'extends')}: extends unknown profile {parent!r}. Known profiles: {known}."
+                )
+            merged = _as_raw(self.resolve(parent, (*chain, name)))
+        for key, value in table.items():
+            if key == "extends":
+                continue
+            value = self.expand(name, key, value)
+            if key == "args":
+                merged["args"] = [*merged.get("args", []), *value]
+            elif key in ("env", "sim"):
+                merged[key] = {**merged.get(key, {}), **value}
+            else:
+                merged[key] = value
+        return self.build(name, merged)
+
+    def check_keys(self, name: str, table: dict[str, Any]) -> None:
+        for key, value in table.items():
+            if key not in _KEY_TYPES:
+                hint = get_close_matches(key, list(_KEY_TYPES), n=1)
+                maybe = f" Did you mean {hint[0]!r}?" if hint else ""
+                raise ProfileError(
+                    f"{self.where(name, key)}: unknown key.{maybe} Known keys: {', '.join(_KEY_TYPES)}."
+                )
+            types, desc = _KEY_TYPES[key]
+            if not isinstance(value, types) or isinstance(value, bool):
+                raise ProfileError(f"{self.where(name, key)}: must be {desc}, got {value!r}.")
+            if key in ("args", "command") and not all(isinstance(v, (str, int, float)) for v in value):
+                raise ProfileError(f"{self.where(name, key)}: must be {desc}, got {value!r}.")
+            if key == "env" and not all(isinstance(v, (str, int, float)) for v in value.values()):
+                raise ProfileError(f"{self.where(name, key)}: values must be strings, got {value!r}.")
+
+    def expand(self, name: str, key: str, value: Any) -> Any:
+        if isinstance(value, str):
+            return self.expand_str(name, key, value)
+        if isinstance(value, list):
+            return [self.expand(name, key, v) if isinstance(v, str) else str(v) for v in value]
+        if isinstance(value, dict) and key == "env":
+            return {k: self.expand(name, key, str(v)) for k, v in value.items()}
+        return value
+
+    def expand_str(self, name: str, key: str, value: str) -> str:
+        def sub(match: re.Match[str]) -> str:
+            var, default = match.group(1), match.group(2)
+            if var in self.environ:
+                return self.environ[var]
+            if default is not None:
+                return default
+            raise ProfileError(
+                f"{self.where(name, key)}: ${{{var}}} is not set in the environment. Export {var}, or write "
+                f"${{{var}:-default}} to give a default."
+            )
+
+        return _VAR.sub(sub, value)
+
+    def build(self, name: str, merged: dict[str, Any]) -> Profile:
+        kind = merged.get("kind", "sglang")
+        if kind not in KINDS:
+            raise ProfileError(
+                f"{self.where(name, 'kind')}: unknown kind {kind!r}; use one of {', '.join(map(repr, KINDS))}."
+            )
+        if kind == "generic" and not merged.get("command"):
+            raise ProfileError(f"{self.where(name, 'command')}: kind 'generic' needs a `command` to launch.")
+        for key in ("startup_timeout", "shutdown_grace"):
+            if key in merged and merged[key] <= 0:
+                raise ProfileError(f"{self.where(name, key)}: must be positive, got {merged[key]!r}.")
+        port = merged.get("port")
+        if port is not None and not 0 < port < 65536:
+            raise ProfileError(f"{self.where(name, 'port')}: {port} is not a TCP port (1-65535).")
+        if "ready_pattern" in merged:
+            try:
+                re.compile(merged["ready_pattern"])
+            except re.error as exc:
+                raise ProfileError(f"{self.where(name, 'ready_pattern')}: not a valid regex: {exc}.") from None
+        sim = merged.get("sim", {})
+        for knob in sim:
+            if knob not in SIM_KNOBS:
+                raise ProfileError(
+                    f"{self.where(name, 'sim')}: unknown simulator knob {knob!r}. "
+                    f"Known: {', '.join(sorted(SIM_KNOBS))}."
+                )
+        if sim.get("fault") not in SIM_FAULTS:
+            raise ProfileError(
+                f"{self.where(name, 'sim')}: fault {sim['fault']!r} is not one of "
+                f"{', '.join(repr(f) for f in SIM_FAULTS if f)}."
+            )
+        return Profile(
+            name=name,
+            source=self.path,
+            kind=kind,
+            model=merged.get("model"),
+            args=tuple(str(a) for a in merged.get("args", ())),
+            env=dict(merged.get("env", {})),
+            python=merged.get("python"),
+            command=tuple(merged["command"]) if merged.get("command") else None,
+            startup_timeout=float(merged.get("startup_timeout", 1800.0)),
+            shutdown_grace=float(merged.get("shutdown_grace", 30.0)),
+            ready_pattern=merged.get("ready_pattern"),
+            health_path=merged.get("health_path"),
+            host=merged.get("host", "127.0.0.1"),
+            port=port,
+            sim=dict(sim),
+        )
+
+
+def _as_raw(profile: Profile) -> dict[str, Any]:
+    """A resolved parent as the raw keys a child profile merges onto (only what the parent set)."""
+    defaults = Profile(name="", source=profile.source)
+    raw: dict[str, Any] = {}
+    for key in _KEY_TYPES:
+        if key == "extends":
+            continue
+        value = getattr(profile, key)
+        if value != getattr(defaults, key):
+            raw[key] = list(value) if isinstance(value, tuple) else value
+    return raw
+
+
+def _find_line(text: str, table: str, key: str | None) -> int | None:
+    """Best-effort line number of `[table]` (or of `key = ...` inside it) for error messages."""
+    header = re.compile(r"^\s*\[\s*" + r"\s*\.\s*".join(re.escape(p) for p in table.split(".")) + r"\s*\]")
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
+        if header.match(line):
+            if key is None:
+                return i + 1
+            for j in range(i + 1, len(lines)):
+                if re.match(rf"^\s*{re.escape(key)}\s*=", lines[j]) or re.match(
+                    rf"^\s*\[\s*{re.escape(table)}\.{re.escape(key)}\s*\]", lines[j]
+                ):
+                    return j + 1
+                if lines[j].lstrip().startswith("["):
+                    break
+            return i + 1
+    return None

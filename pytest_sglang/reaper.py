@@ -1,0 +1,31 @@
+"""Kill a server's tree if the pytest process that launched it dies without tearing it down (SIGKILL, OOM).
+
+Run as `python -m pytest_sglang.reaper PYTEST_PID SERVER_PID OWNER_TOKEN` in its own session. It exits on its
+own once the server is gone; the launcher kills it after a normal teardown.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import psutil
+
+from pytest_sglang.launch import kill_tree, owned_processes
+
+POLL_SECONDS = 0.5
+
+
+def main(argv: list[str]) -> int:
+    pytest_pid, server_pid, token = int(argv[0]), int(argv[1]), argv[2]
+    while True:
+        time.sleep(POLL_SECONDS)
+        if not psutil.pid_exists(pytest_pid) or psutil.Process(pytest_pid).status() == psutil.STATUS_ZOMBIE:
+            kill_tree(server_pid, token, grace=5.0)
+            return 0
+        if not psutil.pid_exists(server_pid) and not owned_processes(token):
+            return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

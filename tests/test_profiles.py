@@ -1,0 +1,105 @@
+"""Profiles: loading, extends, ${VAR}, and errors that name the file, the line, the profile and the key."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pytest_sglang.errors import ProfileError
+from pytest_sglang.profiles import load_profiles
+
+
+def write(tmp_path: Path, text: str, name: str = "pyproject.toml") -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def test_pyproject_profiles_with_extends_and_env_expansion(tmp_path: Path) -> None:
+    write(tmp_path, """
+[tool.pytest_sglang.profiles.baseline]
+model = "${MODEL_DIR}/Kimi-K2"
+args = ["--tp", "8", "--api-key", "sk-secret"]
+env = { NCCL_DEBUG = "WARN" }
+startup_timeout = 900
+
+[tool.pytest_sglang.profiles.eagle3]
+extends = "baseline"
+args = ["--speculative-algorithm", "EAGLE3"]
+env = { SGLANG_X = "${FLAG:-on}" }
+""")
+    profiles = load_profiles(tmp_path, None, environ={"MODEL_DIR": "/models"}).profiles
+    eagle = profiles["eagle3"]
+    assert eagle.model == "/models/Kimi-K2"
+    assert eagle.args == ("--tp", "8", "--api-key", "sk-secret", "--speculative-algorithm", "EAGLE3")
+    assert dict(eagle.env) == {"NCCL_DEBUG": "WARN", "SGLANG_X": "on"}
+    assert eagle.startup_timeout == 900
+    assert eagle.api_key == "sk-secret"
+    assert profiles["baseline"].args == ("--tp", "8", "--api-key", "sk-secret")
+
+
+def test_config_file_uses_profiles_tables(tmp_path: Path) -> None:
+    config = write(tmp_path, '[profiles.small]\nkind = "vllm"\nmodel = "org/tiny"\n', "servers.toml")
+    profile = load_profiles(tmp_path, config).profiles["small"]
+    assert (profile.kind, profile.model, profile.host, profile.port) == ("vllm", "org/tiny", "127.0.0.1", None)
+
+
+def test_unknown_profile_lists_known_ones(tmp_path: Path) -> None:
+    write(tmp_path, "[tool.pytest_sglang.profiles.baseline]\n[tool.pytest_sglang.profiles.eagle3]\n")
+    with pytest.raises(ProfileError) as err:
+        load_profiles(tmp_path, None).select(["eagle"])
+    message = str(err.value)
+    assert "Unknown profile 'eagle'" in message and "baseline, eagle3" in message
+    assert "Did you mean 'eagle3'?" in message
+
+
+def test_malformed_toml_names_file_and_line(tmp_path: Path) -> None:
+    path = write(tmp_path, '[tool.pytest_sglang.profiles.a]\nmodel = "x"\nargs = ["--tp", \n')
+    with pytest.raises(ProfileError) as err:
+        load_profiles(tmp_path, None)
+    assert str(path) in str(err.value)
+    assert "line" in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("body", "key", "line", "needle"),
+    [
+        ('model = "m"\nargz = ["--tp"]\n', "argz", 3, "Did you mean 'args'?"),
+        ('args = "--tp 8"\n', "args", 2, "must be a list of strings"),
+        ('kind = "tgi"\n', "kind", 2, "unknown kind 'tgi'"),
+        ('port = 70000\n', "port", 2, "not a TCP port"),
+        ('ready_pattern = "(unclosed"\n', "ready_pattern", 2, "not a valid regex"),
+        ('startup_timeout = -1\n', "startup_timeout", 2, "must be positive"),
+        ('sim = { fault = "segfault" }\n', "sim", 2, "fault 'segfault' is not one of"),
+        ('model = "${NOT_SET_ANYWHERE}/m"\n', "model", 2, "${NOT_SET_ANYWHERE} is not set"),
+    ],
+)
+def test_bad_values_name_file_line_profile_and_key(
+    tmp_path: Path, body: str, key: str, line: int, needle: str
+) -> None:
+    path = write(tmp_path, "[tool.pytest_sglang.profiles.p]\n" + body)
+    with pytest.raises(ProfileError) as err:
+        load_profiles(tmp_path, None, environ={})
+    message = str(err.value)
+    assert f"{path}:{line}: profile 'p', key '{key}'" in message
+    assert needle in message
+
+
+def test_extends_cycle_and_unknown_parent(tmp_path: Path) -> None:
+    write(tmp_path, '[tool.pytest_sglang.profiles.a]\nextends = "b"\n[tool.pytest_sglang.profiles.b]\nextends = "a"\n')
+    with pytest.raises(ProfileError, match="loops: a -> b -> a"):
+        load_profiles(tmp_path, None)
+    write(tmp_path, '[tool.pytest_sglang.profiles.a]\nextends = "nope"\n')
+    with pytest.raises(ProfileError, match="extends unknown profile 'nope'. Known profiles: a"):
+        load_profiles(tmp_path, None)
+
+
+def test_no_pyproject_means_no_profiles(tmp_path: Path) -> None:
+    with pytest.raises(ProfileError, match="no profiles are defined"):
+        load_profiles(tmp_path, None).select(["x"])
+
+
+def test_missing_config_file(tmp_path: Path) -> None:
+    with pytest.raises(ProfileError, match="no such file"):
+        load_profiles(tmp_path, tmp_path / "nope.toml")
