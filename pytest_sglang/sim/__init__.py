@@ -1,0 +1,19 @@
+"""A stand-in for an SGLang server, stdlib only: same flags, same log lines, same endpoints, same crashes.
+
+`python -m pytest_sglang.sim --model-path M --port P [--tp N] [--speculative-algorithm EAGLE3] ...` starts a
+process tree like SGLang's (an HTTP main process, one scheduler child per TP rank, a detokenizer child) that
+logs SGLang's startup lines at a configurable pace and then serves /health, /generate and the OpenAI
+endpoints with paced, deterministic tokens. Knobs come as a JSON object in the PYTEST_SGLANG_SIM
+environment variable (see config.Knobs); faults ("traceback", "exit", "hang", "bad-flag") and mid-session
+crashes reproduce SGLang's real failure modes. `python -m pytest_sglang.sim.replay LOGFILE` replays a real
+server log through a real process instead.
+
+Modules: config (flags and knobs), logfmt (SGLang's line format), engine (tokens and their schedule),
+server (main process and HTTP), worker (scheduler and detokenizer children), replay (log replayer).
+"""
+
+from __future__ import annotations
+
+from pytest_sglang.sim.config import DEFAULT_MODEL, FAULTS, KNOB_ENV, Knobs, load_knobs
+
+__all__ = ["DEFAULT_MODEL", "FAULTS", "KNOB_ENV", "Knobs", "load_knobs"]

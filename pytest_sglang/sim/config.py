@@ -1,0 +1,156 @@
+"""Command line (SGLang's flags) and knobs (the PYTEST_SGLANG_SIM environment variable) of the simulator."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+KNOB_ENV = "PYTEST_SGLANG_SIM"
+FAULTS = ("traceback", "exit", "hang", "bad-flag")
+DEFAULT_MODEL = "sglang-sim/tiny-llama"
+
+
+@dataclass
+class Knobs:
+    startup_seconds: float = 2.0  # launch to "fired up", spread over the phases
+    decode_tok_s: float = 50.0  # each request's own token pace after its first token
+    ttft_ms: float = 20.0  # the first token leaves this long after the request got a batch slot
+    max_batch: int = 64  # more concurrent requests wait in a queue
+    fault: str | None = None  # "traceback", "exit", "hang", "bad-flag"
+    fault_after: float | None = None  # seconds into startup; default 60% of startup_seconds
+    crash_after_requests: int | None = None  # scheduler crash (traceback, sigquit, SIGKILL) after N requests
+    ignore_sigterm: bool = False  # children setsid() and ignore SIGTERM: they escape on purpose
+    accept_length: float = 3.2  # tokens per verify step, only under speculative decoding
+    spec_speedup: float = 1.0  # per-request pace multiplier under speculative decoding
+
+    @property
+    def fault_at(self) -> float:
+        return self.fault_after if self.fault_after is not None else 0.6 * self.startup_seconds
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+
+class KnobError(ValueError):
+    pass
+
+
+def load_knobs(raw: str | None = None) -> Knobs:
+    """Parse the knobs from JSON (default: the PYTEST_SGLANG_SIM variable); absent means all defaults."""
+    if raw is None:
+        raw = os.environ.get(KNOB_ENV)
+    if raw is None or not raw.strip():
+        return Knobs()
+    try:
+        data = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise KnobError(f"{KNOB_ENV} is not valid JSON: {exc}") from exc
+    if not isinstance(data, dict):
+        raise KnobError(f"{KNOB_ENV} must be a JSON object, got {type(data).__name__}")
+    known = {f.name for f in fields(Knobs)}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise KnobError(
+            f"{KNOB_ENV}: unknown knob(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}"
+        )
+    knobs = Knobs(**data)
+    _validate(knobs)
+    return knobs
+
+
+def _validate(k: Knobs) -> None:
+    def num(name: str, positive: bool) -> None:
+        value = getattr(k, name)
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise KnobError(f"{KNOB_ENV}: {name} must be a number, got {value!r}")
+        if value < 0 or (positive and value == 0):
+            raise KnobError(f"{KNOB_ENV}: {name} must be {'> 0' if positive else '>= 0'}, got {value!r}")
+
+    num("startup_seconds", False)
+    num("decode_tok_s", True)
+    num("ttft_ms", False)
+    num("accept_length", True)
+    num("spec_speedup", True)
+    if isinstance(k.max_batch, bool) or not isinstance(k.max_batch, int) or k.max_batch < 1:
+        raise KnobError(f"{KNOB_ENV}: max_batch must be an integer >= 1, got {k.max_batch!r}")
+    if k.fault is not None and k.fault not in FAULTS:
+        raise KnobError(f"{KNOB_ENV}: fault must be one of {', '.join(FAULTS)} or null, got {k.fault!r}")
+    if k.fault_after is not None:
+        num("fault_after", False)
+    if k.crash_after_requests is not None and (
+        isinstance(k.crash_after_requests, bool) or not isinstance(k.crash_after_requests, int)
+        or k.crash_after_requests < 0
+    ):
+        raise KnobError(f"{KNOB_ENV}: crash_after_requests must be an integer >= 0 or null")
+    k.ignore_sigterm = bool(k.ignore_sigterm)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The subset of SGLang's flags the simulator uses; everything else is accepted and ignored."""
+    p = argparse.ArgumentParser(prog="sglang serve", allow_abbrev=False)
+    p.add_argument("--model-path", "--model", dest="model_path", default=DEFAULT_MODEL)
+    p.add_argument("--tokenizer-path", dest="tokenizer_path", default=None)
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=30000)
+    p.add_argument("--tp-size", "--tp", dest="tp_size", type=int, default=1)
+    p.add_argument("--speculative-algorithm", dest="speculative_algorithm", default=None)
+    p.add_argument("--speculative-draft-model-path", dest="speculative_draft_model_path", default=None)
+    p.add_argument("--api-key", dest="api_key", default=None)
+    p.add_argument("--served-model-name", dest="served_model_name", default=None)
+    p.add_argument("--context-length", dest="context_length", type=int, default=None)
+    return p
+
+
+@dataclass
+class ServerArgs:
+    model_path: str
+    tokenizer_path: str
+    host: str
+    port: int
+    tp_size: int
+    speculative_algorithm: str | None
+    speculative_draft_model_path: str | None
+    api_key: str | None
+    served_model_name: str
+    context_length: int
+    ignored_args: list[str]
+
+    @property
+    def speculative(self) -> bool:
+        return bool(self.speculative_algorithm)
+
+    def as_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d.pop("ignored_args")
+        return d
+
+    def repr_line(self) -> str:
+        """`ServerArgs(model_path='...', ...)`, the way SGLang's dataclass repr reads."""
+        body = ", ".join(f"{k}={v!r}" for k, v in self.as_dict().items())
+        return f"ServerArgs({body})"
+
+
+def parse_args(argv: list[str], knobs: Knobs) -> ServerArgs:
+    """Parse like SGLang; under fault "bad-flag" unknown flags are fatal (usage + error on stderr, exit 2)."""
+    parser = build_parser()
+    ns, unknown = parser.parse_known_args(argv)
+    if knobs.fault == "bad-flag":
+        parser.error(f"unrecognized arguments: {' '.join(unknown) if unknown else '--bad-flag'}")
+    if ns.tp_size < 1:
+        parser.error(f"argument --tp-size/--tp: invalid value: {ns.tp_size}")
+    return ServerArgs(
+        model_path=ns.model_path,
+        tokenizer_path=ns.tokenizer_path or ns.model_path,
+        host=ns.host,
+        port=ns.port,
+        tp_size=ns.tp_size,
+        speculative_algorithm=ns.speculative_algorithm,
+        speculative_draft_model_path=ns.speculative_draft_model_path,
+        api_key=ns.api_key,
+        served_model_name=ns.served_model_name or ns.model_path,
+        context_length=ns.context_length or 32768,
+        ignored_args=list(unknown),
+    )

@@ -1,0 +1,126 @@
+"""Deterministic "model" output and the token schedule of one request.
+
+Output: the same prompt always gives the same tokens (greedy output is identical twice); token ids are
+100 + an index into a fixed word list, and the text is " word" per token.
+
+Pacing: the first chunk leaves ttft_ms after the request gets a batch slot; token i (0-based) is due at
+start + ttft + i / pace, against absolute deadlines so that no drift builds up. Without speculative
+decoding every chunk is one token and pace = decode_tok_s. Under speculative decoding the per-request pace
+is decode_tok_s * spec_speedup (default speedup 1.0, so measured tok/s still equals decode_tok_s), and the
+tokens come in verify steps of about accept_length tokens: step k carries tokens
+[floor(k * A), floor((k + 1) * A)) and leaves when its first token is due. So the chunk count is about
+tokens / accept_length, and meta_info.spec_verify_ct is that chunk count.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+import zlib
+from collections.abc import Generator
+from dataclasses import dataclass
+
+WORDS = (
+    "the of and to in is was for on that with as by at from his her an were are which this be has had it "
+    "not or have one their its new after who they two but been more first also other some all time into "
+    "only most over there when than can these many three city where while may during under such about "
+    "world people state between both since later each years known through part"
+).split()
+TOKEN_ID_BASE = 100
+
+
+def prompt_seed(prompt: object) -> int:
+    return zlib.crc32(repr(prompt).encode("utf-8", "replace"))
+
+
+def output_tokens(prompt: object, n: int) -> list[int]:
+    seed = prompt_seed(prompt)
+    return [TOKEN_ID_BASE + (seed + 7 * i) % len(WORDS) for i in range(n)]
+
+
+def detokenize(ids: list[int]) -> str:
+    return "".join(" " + WORDS[(t - TOKEN_ID_BASE) % len(WORDS)] for t in ids)
+
+
+def count_prompt_tokens(prompt: object) -> int:
+    """A list of ints counts its length; text counts whitespace-separated words; lists of those add up."""
+    if isinstance(prompt, str):
+        return len(prompt.split())
+    if isinstance(prompt, list):
+        if all(isinstance(x, int) and not isinstance(x, bool) for x in prompt):
+            return len(prompt)
+        return sum(count_prompt_tokens(x) for x in prompt)
+    if isinstance(prompt, dict):  # a chat message
+        return count_prompt_tokens(prompt.get("content") or "")
+    return 0
+
+
+@dataclass(frozen=True)
+class Pacing:
+    decode_tok_s: float
+    ttft_s: float
+    accept_length: float | None = None  # None: no speculative decoding
+    spec_speedup: float = 1.0
+
+    @property
+    def pace(self) -> float:
+        return self.decode_tok_s * (self.spec_speedup if self.accept_length else 1.0)
+
+    def chunks(self, n: int) -> list[tuple[float, int, int]]:
+        """(seconds after the slot was granted, first token index, end index) for each chunk."""
+        if n <= 0:
+            return [(self.ttft_s, 0, 0)]
+        out: list[tuple[float, int, int]] = []
+        if not self.accept_length:
+            return [(self.ttft_s + i / self.pace, i, i + 1) for i in range(n)]
+        a = max(1.0, self.accept_length)
+        k = 0
+        while True:
+            lo, hi = math.floor(k * a), min(n, math.floor((k + 1) * a))
+            if lo >= n:
+                break
+            out.append((self.ttft_s + lo / self.pace, lo, hi))
+            k += 1
+        return out
+
+
+class Engine:
+    """Batch slots (max_batch; the rest queue) and paced chunk delivery."""
+
+    def __init__(self, pacing: Pacing, max_batch: int) -> None:
+        self.pacing = pacing
+        self.slots = threading.BoundedSemaphore(max_batch)
+        self._lock = threading.Lock()
+        self.running = 0
+        self.queued = 0
+
+    def stream(self, tokens: list[int]) -> Generator[tuple[list[int], bool], None, None]:
+        """Yield (new token ids, is_last) on schedule; holds a batch slot while it runs."""
+        with self._lock:
+            self.queued += 1
+        self.slots.acquire()
+        with self._lock:
+            self.queued -= 1
+            self.running += 1
+        try:
+            start = time.monotonic()
+            plan = self.pacing.chunks(len(tokens))
+            for i, (offset, lo, hi) in enumerate(plan):
+                sleep_until(start + offset)
+                yield tokens[lo:hi], i == len(plan) - 1
+        finally:
+            with self._lock:
+                self.running -= 1
+            self.slots.release()
+
+    def verify_steps(self, n: int) -> int:
+        return len(self.pacing.chunks(n))
+
+
+def sleep_until(deadline: float) -> None:
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return
+        time.sleep(left)
