@@ -38,8 +38,11 @@ def _rule(name: str, label: str, pattern: str) -> PhaseRule:
     return PhaseRule(name, label, re.compile(pattern))
 
 
+# "Loading safetensors checkpoint shards:  75% Completed | 48/64 [...]", "Loading pt checkpoint shards: ...",
+# 0.5.23's "Multi-thread loading shards: 100% Completed | 1/1 [...]".
 _SHARD_PROGRESS = re.compile(
-    r"(?:Loading|Loaded)\b[^:|]*?(?:checkpoint shards|weights|safetensors)[^:|]*:\s*(\d+)%[^|]*\|[^|]*?\|?\s*(\d+)/(\d+)"
+    r"(?i)\b(?:loading|loaded)\b[^:|]*?(?:shards|weights|safetensors)[^:|]*:"
+    r"\s*(\d+)%[^|]*\|[^|]*?\|?\s*(\d+)/(\d+)"
 )
 
 SGLANG = Kind(
@@ -50,7 +53,8 @@ SGLANG = Kind(
     ready_pattern=r"The server is fired up and ready to roll!",
     health_path="/health",
     phases=(
-        _rule("init_distributed", "initialising torch distributed", r"Init torch distributed begin"),
+        _rule("init_distributed", "initialising torch distributed",
+              r"Init torch distributed begin|Init parallel begin"),
         _rule("load_weights", "loading weights", r"Load weight begin"),
         _rule("kv_cache", "allocating KV cache", r"KV Cache is allocated"),
         _rule("cuda_graph", "capturing CUDA graphs", r"Capture (?!draft)(?:\w+ )*?(?:cuda|CUDA) graph begin"),
@@ -85,7 +89,8 @@ VLLM = Kind(
     ),
     fatal_markers=(
         re.compile(r"EngineCore failed to start|Engine core initialization failed"),
-        re.compile(r"Worker failed with error|WorkerProc failed to start"),
+        re.compile(r"Worker failed with error|WorkerProc failed to start|WorkerProc hit an exception"),
+        re.compile(r"EngineCore encountered a fatal error|Exception in worker \S+ while processing method"),
     ),
     progress_pattern=_SHARD_PROGRESS,
 )
