@@ -59,10 +59,14 @@ _WORDS = ("the of and to in is was for on that with as by at from his her an wer
 class ServerLike(Protocol):
     """What the load generator needs of a server handle (``sglang_server`` is one)."""
 
-    base_url: str
-    api_key: str | None
-    kind: str
-    model: str | None
+    @property
+    def base_url(self) -> str: ...
+    @property
+    def api_key(self) -> str | None: ...
+    @property
+    def kind(self) -> str: ...
+    @property
+    def model(self) -> str | None: ...
 
     def check_alive(self) -> None: ...
 
