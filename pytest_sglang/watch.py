@@ -283,7 +283,7 @@ _GROUP_BAR = re.compile(r"^\s*\| ?")
 _EXC_SHAPE = re.compile(r"^(?P<name>(?:[A-Za-z_]\w*\.)*(?P<last>[A-Za-z_]\w*))(?::(?: (?P<msg>.*))?)?$")
 _ERRORISH = re.compile(r"(?:Error|Exception|Exit|Interrupt|Fault|Failure|Timeout|error|exception|timeout)$")
 _STRONG_LAST = re.compile(
-    r"^(?:[A-Z]\w*)?(?:Error|Exception|Exit|Interrupt|Fault|Failure)$|^(?:KeyboardInterrupt|StopIteration)$"
+    r"^[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Fault|Failure)$|^(?:Exception|KeyboardInterrupt|StopIteration)$"
 )
 _NOT_EXC = frozenset({"None", "True", "False", "Note", "Example", "Usage", "Hint", "Warning"})
 _ARGPARSE = re.compile(r"^(?P<prog>[\w.\-/]+(?: [\w.\-]+){0,3}): error: (?P<msg>\S.*)$")
@@ -415,6 +415,9 @@ class RootCauseExtractor:
         max_line_chars: int = 8192,
     ) -> None:
         self.fatal_markers = tuple(fatal_markers)
+        self._any_marker = (
+            re.compile("|".join(f"(?:{m.pattern})" for m in self.fatal_markers)) if self.fatal_markers else None
+        )
         self.max_causes = max_causes
         self.max_frames = max_frames
         self.max_line_chars = max_line_chars
@@ -436,14 +439,14 @@ class RootCauseExtractor:
         """Take one line; True when it makes a failure evident (a traceback ended, an argparse error, a
         fatal marker)."""
         line = line[: self.max_line_chars]
+        if "\x1b" in line:
+            line = clean_line(line)
         evident = False
-        for marker in self.fatal_markers:
-            if marker.search(line):
-                text = " ".join(strip_prefixes(line)[2].split())
-                if text not in self._markers and len(self._markers) < self.max_causes:
-                    self._markers.append(text)
-                evident = True
-                break
+        if self._any_marker is not None and self._any_marker.search(line):
+            text = " ".join(strip_prefixes(line)[2].split())
+            if text not in self._markers and len(self._markers) < self.max_causes:
+                self._markers.append(text)
+            evident = True
         return self._feed(line) or evident
 
     def root_causes(self) -> list[str]:
@@ -529,12 +532,12 @@ class RootCauseExtractor:
             ):
                 # a traceback printed straight to stderr by some process without a log prefix
                 key = self._owner = _UNKNOWN
-        prev = self._prev_body.get(key, "")
+        prev = self._prev_body.get(key)
         self._prev_body[key] = stripped
-        try:
-            return self._dispatch(key, level, body, stripped, prev)
-        finally:
+        if prev is None:  # a new source: keep the per-source tables bounded
             self._bound_keys()
+            prev = ""
+        return self._dispatch(key, level, body, stripped, prev)
 
     def _dispatch(self, key: str, level: str | None, body: str, stripped: str, prev: str) -> bool:
         # a reversed traceback (exception line first, then code/frame pairs, header last)
@@ -714,6 +717,7 @@ class LogWatcher:
         self._progress_phase: str | None = None  # phase label current when progress was last seen
         self._last: deque[str] = deque(maxlen=self.LAST_LINES)
         self._extractor = RootCauseExtractor(kind.fatal_markers)
+        self._pending_rules = list(kind.phases)
 
     def feed(self, lines: Sequence[str], now: float) -> None:
         for line in lines:
@@ -725,6 +729,8 @@ class LogWatcher:
 
     def _feed_one(self, line: str, now: float) -> None:
         line = line[: self._extractor.max_line_chars]
+        if "\x1b" in line:
+            line = clean_line(line)
         self.lines_seen += 1
         self.last_line_at = now
         if line.strip():
@@ -735,13 +741,18 @@ class LogWatcher:
             self.ready_at = now
             self.phases.setdefault("ready", now - self.started_at)
             self.phase_label = "ready"
-        for rule in self.kind.phases:
-            if rule.name not in self.phases and rule.pattern.search(line):
-                self.phases[rule.name] = now - self.started_at
-                if self.ready_at is None:
-                    self.phase_label = rule.label
+        if self._pending_rules:
+            matched = False
+            for rule in self._pending_rules:
+                if rule.pattern.search(line):
+                    matched = True
+                    self.phases[rule.name] = now - self.started_at
+                    if self.ready_at is None:
+                        self.phase_label = rule.label
+            if matched:
+                self._pending_rules = [r for r in self._pending_rules if r.name not in self.phases]
         pp = self.kind.progress_pattern
-        if pp is not None:
+        if pp is not None and "%" in line:
             m = pp.search(line)
             if m:
                 groups = m.groups()

@@ -385,3 +385,13 @@ def test_strip_prefixes() -> None:
     )
     bar = "  0%|          | 0/13 [00:00<?, ?it/s]"
     assert strip_prefixes(bar) == (None, None, bar)
+
+
+def test_ansi_colours_in_lines_given_directly() -> None:
+    lines = [
+        "\x1b[31mTraceback (most recent call last):\x1b[0m",
+        '  File \x1b[35m"/a.py"\x1b[0m, line \x1b[35m1\x1b[0m, in \x1b[35mf\x1b[0m',
+        "    x = d[k]",
+        "\x1b[1;35mKeyError\x1b[0m: \x1b[35m'k'\x1b[0m",
+    ]
+    assert extract_root_causes(lines)[0].splitlines() == ["KeyError: 'k'", '  File "/a.py", line 1, in f', "    x = d[k]"]
