@@ -394,4 +394,8 @@ def test_ansi_colours_in_lines_given_directly() -> None:
         "    x = d[k]",
         "\x1b[1;35mKeyError\x1b[0m: \x1b[35m'k'\x1b[0m",
     ]
-    assert extract_root_causes(lines)[0].splitlines() == ["KeyError: 'k'", '  File "/a.py", line 1, in f', "    x = d[k]"]
+    assert extract_root_causes(lines)[0].splitlines() == [
+        "KeyError: 'k'",
+        '  File "/a.py", line 1, in f',
+        "    x = d[k]",
+    ]
