@@ -318,6 +318,8 @@ class Handler(BaseHTTPRequestHandler):
         else:
             self.send_header("Content-Length", str(length))
         self.end_headers()
+        if not self.sim.http_up:
+            return  # uvicorn is not running yet in the real server: no access line before its startup lines
         phrase = self.responses.get(status, ("",))[0]
         self.sim.log.access(f"{self.client_address[0]}:{self.client_address[1]}", self.command,
                             self.path, status, phrase)
