@@ -9,7 +9,7 @@ import os
 import sys
 import tempfile
 import time
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -21,6 +21,9 @@ from pytest_sglang.errors import PluginError, ServerDiedError, ServerStartupErro
 from pytest_sglang.profiles import Profile, ProfileSet, load_profiles
 
 if TYPE_CHECKING:
+    from pytest_sglang.baseline import BaselineChecker, Comparison
+    from pytest_sglang.bench import BenchResult
+    from pytest_sglang.report import SessionResults
     from pytest_sglang.server import SGLangServer
 
 URL_PARAM = "url"  # the parametrization id when --sglang-url is given without a profile
@@ -62,11 +65,33 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="Keep the server running after the session and attach to it next run if its profile is "
              "unchanged (saves the startup while iterating on tests).",
     )
+    group.addoption(
+        "--sglang-baseline", default=None, metavar="PATH",
+        help="Baseline file that sglang_baseline.check() compares with (default: .sglang-baselines.json in "
+             "the rootdir; commit it). Keyed by profile, test id and machine (GPUs, driver, server version).",
+    )
+    group.addoption(
+        "--sglang-update-baseline", action="store_true", default=False,
+        help="Record this run's checked figures in the baseline file instead of comparing (safe under "
+             "pytest-xdist: a file lock and an atomic rename).",
+    )
+    group.addoption(
+        "--sglang-baseline-strict", action="store_true", default=False,
+        help="Fail a check that has no baseline for this profile, test and machine (default: pass with a "
+             "note).",
+    )
+    group.addoption(
+        "--sglang-report", default=None, metavar="PATH",
+        help="Write a JSON report of every profile's startup and benchmark figures to PATH (schema: "
+             "docs/report-schema.md), and an HTML page with a tok/s chart next to it (PATH with .html).",
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "sglang: test uses an LLM inference server (set by pytest-sglang)")
     config.pluginmanager.register(SGLangSession(config), "sglang-session")
+    config.addinivalue_line("markers", "sglang_compare: compares profiles' results; runs after all others")
+    config.pluginmanager.register(SGLangBench(config), "sglang-bench")
 
 
 @dataclass
@@ -199,18 +224,18 @@ class SGLangSession:
         server = getattr(item, "funcargs", {}).get("sglang_server")
         if server is None or not hasattr(server, "check_alive"):
             return (yield)
-        try:
-            server.check_alive()
-        except ServerDiedError as exc:
-            pytest.fail(str(exc), pytrace=False)
+        died = _death_of(server)
+        if died is not None:
+            pytest.fail(str(died), pytrace=False)
         try:
             return (yield)
         except (requests.ConnectionError, requests.exceptions.ChunkedEncodingError, ConnectionError) as exc:
-            try:
-                server.check_alive(wait=5.0)
-            except ServerDiedError as died:
-                pytest.fail(f"{died}\n\n(The test itself saw: {type(exc).__name__}: {exc})", pytrace=False)
-            raise
+            # A request that broke mid-test is usually the crash itself: report the crash, not the socket.
+            died = _death_of(server, wait=5.0)
+            if died is None:
+                raise
+            seen = f"{type(exc).__name__}: {exc}"
+        pytest.fail(f"{died}\n\n(The test itself saw: {seen})", pytrace=False)
 
     # -- summary --------------------------------------------------------------------------------------------
 
@@ -220,6 +245,14 @@ class SGLangSession:
         terminalreporter.section("sglang servers")
         for record in self.records.values():
             terminalreporter.write_line(_summary_line(record))
+
+
+def _death_of(server: SGLangServer, wait: float = 0.0) -> ServerDiedError | None:
+    try:
+        server.check_alive(wait=wait)
+    except ServerDiedError as exc:
+        return exc
+    return None
 
 
 def _summary_line(record: ServerRecord) -> str:
@@ -264,3 +297,190 @@ def sglang_server(request: pytest.FixtureRequest) -> Generator[SGLangServer, Non
         yield server
     finally:
         session.close_server(server, server.config)
+
+
+# -- benchmarks, baselines, reports: the work is in bench.py, baseline.py and report.py -----------------------
+
+
+class SGLangBench:
+    """Session state behind sglang_bench, sglang_baseline and sglang_results, and the report at the end."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        from pytest_sglang.report import SessionResults
+
+        self.config = config
+        self.results = SessionResults()
+        self.notes: list[str] = []
+        self._checker: BaselineChecker | None = None
+        self._labels: dict[str, str | None] = {}
+
+    @property
+    def checker(self) -> BaselineChecker:
+        if self._checker is None:
+            from pytest_sglang.baseline import DEFAULT_FILENAME, BaselineChecker, BaselineStore, git_commit
+
+            opt = self.config.getoption("sglang_baseline")
+            path = Path(opt).resolve() if opt else self.config.rootpath / DEFAULT_FILENAME
+            self._checker = BaselineChecker(
+                BaselineStore(path), update=self.config.getoption("sglang_update_baseline"),
+                strict=self.config.getoption("sglang_baseline_strict"), commit=git_commit(self.config.rootpath))
+        return self._checker
+
+    def server_label(self, server: SGLangServer) -> str | None:
+        """``"sglang 0.5.2"``: part of the machine fingerprint; asked of the server once per profile."""
+        if server.profile not in self._labels:
+            from pytest_sglang.client import Client
+
+            with Client(server.base_url, api_key=server.api_key, timeout=30) as client:
+                version = client.version()
+            self._labels[server.profile] = f"{server.kind} {version}" if version else server.kind
+        return self._labels[server.profile]
+
+    def run(self, request: pytest.FixtureRequest, server: SGLangServer, **kwargs: object) -> BenchResult:
+        from pytest_sglang.bench import BenchmarkFailedError, run_bench
+        from pytest_sglang.report import ServerEntry, junit_properties, strip_param
+
+        self.results.add_server(ServerEntry(server.profile, kind=server.kind, model=server.model,
+                                            server_version=self.server_label(server)))
+        try:
+            result = run_bench(server, **kwargs)  # type: ignore[arg-type]
+        except BenchmarkFailedError as exc:
+            if exc.result is not None:
+                self.results.add_bench(server.profile, strip_param(request.node.nodeid, server.profile),
+                                       request.node.nodeid, exc.result)
+            pytest.fail(str(exc), pytrace=False)
+        self.results.add_bench(server.profile, strip_param(request.node.nodeid, server.profile),
+                               request.node.nodeid, result)
+        request.node.user_properties.extend(junit_properties(result))
+        return result
+
+    def check(self, request: pytest.FixtureRequest, result: object, tolerances: dict[str, str | float]
+              ) -> Comparison:
+        from pytest_sglang.errors import BaselineError
+        from pytest_sglang.report import strip_param
+
+        server = result if hasattr(result, "base_url") and hasattr(result, "startup_seconds") else None
+        if server is None and "sglang_server" in request.fixturenames:
+            server = request.getfixturevalue("sglang_server")
+        profile = getattr(result, "profile", None) or getattr(server, "profile", None)
+        if not profile:
+            pytest.fail("sglang_baseline.check() needs a result of sglang_bench or the sglang_server handle",
+                        pytrace=False)
+        label = self.server_label(server) if server is not None else self._labels.get(profile)
+        try:
+            comp = self.checker.check(result, tolerances, profile=profile,
+                                      test_id=strip_param(request.node.nodeid, profile), server=label)
+        except BaselineError as exc:
+            pytest.fail(str(exc), pytrace=False)
+        entries = [b for b in self.results.entry_for(request.node.nodeid) if b.result is result]
+        if entries:
+            entries[-1].comparisons.append(comp)
+        else:
+            self.results.server_checks.append(comp)
+        for check in comp.checks:
+            if check.baseline is not None:
+                request.node.user_properties.append((f"sglang_baseline_{check.metric}", check.baseline))
+        self.notes.extend(f"{request.node.nodeid}: {n}" for n in comp.notes)
+        if comp.failed:
+            pytest.fail(comp.failure_message(), pytrace=False)
+        return comp
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
+        last = [i for i in items if i.get_closest_marker("sglang_compare")]
+        if last:
+            items[:] = [i for i in items if not i.get_closest_marker("sglang_compare")] + last
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if report.when == "call" or (report.when == "setup" and not report.passed):
+            for entry in self.results.entry_for(report.nodeid):
+                entry.outcome = report.outcome
+
+    def report(self) -> dict[str, object]:
+        from pytest_sglang.report import ServerEntry, build_report
+
+        for name, rec in _session(self.config).records.items():
+            old = self.results.servers.get(name) or ServerEntry(name)
+            old.startup_seconds, old.phases, old.error = rec.startup_seconds, dict(rec.phases), rec.error
+            old.log_path = str(rec.log_path) if rec.log_path else None
+            self.results.servers[name] = old
+        checker = self._checker
+        return build_report(self.results, machine=checker.machine(None) if checker else None,
+                            commit=checker.commit if checker else None,
+                            baseline_path=str(checker.store.path) if checker else None)
+
+    def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
+        from pytest_sglang.report import terminal_lines
+
+        if not self.results.benches and not self.results.server_checks:
+            return
+        terminalreporter.section("sglang benchmarks")
+        for line in terminal_lines(self.report()):
+            terminalreporter.write_line(line)
+        for note in self.notes:
+            terminalreporter.write_line(f"note: {note}")
+
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        from pytest_sglang.report import append_step_summary, write_html, write_json
+
+        path = self.config.getoption("sglang_report")
+        if not path and not (self.results.benches and os.environ.get("GITHUB_STEP_SUMMARY")):
+            return
+        report = self.report()
+        if path:
+            json_path = write_json(path, report)
+            write_html(json_path.with_suffix(".html"), report)
+        if self.results.benches:
+            append_step_summary(report)
+
+
+def _bench(config: pytest.Config) -> SGLangBench:
+    plugin = config.pluginmanager.get_plugin("sglang-bench")
+    assert isinstance(plugin, SGLangBench)
+    return plugin
+
+
+class BaselineFixture:
+    """The ``sglang_baseline`` fixture: ``check(result, output_throughput="5%", median_ttft_ms="10%")``."""
+
+    def __init__(self, request: pytest.FixtureRequest, state: SGLangBench) -> None:
+        self._request = request
+        self._state = state
+
+    @property
+    def updating(self) -> bool:
+        return self._state.checker.update
+
+    def check(self, result: object, **tolerances: str | float) -> Comparison:
+        """Compare ``result`` (of sglang_bench, or sglang_server for startup_seconds) with the baseline of
+        this profile, test and machine; fails the test on a regression. Tolerances: "5%" or an absolute
+        amount. Under --sglang-update-baseline it records instead."""
+        return self._state.check(self._request, result, tolerances)
+
+
+@pytest.fixture(scope="session")
+def sglang_results(request: pytest.FixtureRequest) -> SessionResults:
+    """Every benchmark result of this session by profile: ``.get(profile, test)``, and
+    ``.compare("eagle3", "baseline", "test_x", output_throughput="10%")`` in a test marked
+    ``@pytest.mark.sglang_compare`` (such tests run after all others)."""
+    return _bench(request.config).results
+
+
+@pytest.fixture
+def sglang_bench(request: pytest.FixtureRequest, sglang_server: SGLangServer) -> Callable[..., BenchResult]:
+    """``sglang_bench(num_requests=64, concurrency=None, request_rate=inf, input_len=128, output_len=128,
+    api="completions"|"chat"|"generate", warmup=1, seed=0, ...)`` streams requests at the profile's server
+    and returns a BenchResult named as sglang.bench_serving names its figures (see pytest_sglang.bench)."""
+    state = _bench(request.config)
+
+    def bench(**kwargs: object) -> BenchResult:
+        return state.run(request, sglang_server, **kwargs)
+
+    return bench
+
+
+@pytest.fixture
+def sglang_baseline(request: pytest.FixtureRequest) -> BaselineFixture:
+    """``sglang_baseline.check(result, output_throughput="5%")``: direction-aware regression check against
+    the committed baseline file; records instead under --sglang-update-baseline."""
+    return BaselineFixture(request, _bench(request.config))

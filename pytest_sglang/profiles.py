@@ -127,7 +127,8 @@ def load_profiles(rootdir: Path, config: Path | None, environ: Mapping[str, str]
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise ProfileError(f"{path}: malformed TOML: {exc}. Fix the file at that line.") from None
+        where = f" (line {len(text.splitlines())}, the last)" if "end of document" in str(exc) else ""
+        raise ProfileError(f"{path}: malformed TOML: {exc}{where}. Fix the file at that line.") from None
     raw: Any = data
     for part in table_path:
         raw = raw.get(part, {}) if isinstance(raw, dict) else {}

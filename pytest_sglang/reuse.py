@@ -56,7 +56,7 @@ class ReuseStore:
             profile=plan.profile.name, kind=plan.kind.name, host=record["host"], port=record["port"],
             startup_seconds=record["startup_seconds"], phases=dict(record["phases"]), log_path=Path(record["log_path"]),
             model=plan.profile.model, api_key=plan.profile.api_key, config=plan.profile,
-            health_path=plan.health_path, reused=True,
+            health_path=plan.health_path, reused=True, reused_pid=record["pid"],
         )
         if plan.health_path and not health_ok(server.url(plan.health_path), server.headers, timeout=5.0):
             return None

@@ -114,6 +114,7 @@ class SGLangServer:
     config: Profile | None = field(default=None, repr=False)
     health_path: str | None = "/health"
     reused: bool = False  # attached to a server kept from an earlier run by --sglang-reuse
+    reused_pid: int | None = field(default=None, repr=False)
     _process: ServerProcess | None = field(default=None, repr=False)
     _tail: LogTail | None = field(default=None, repr=False)
     _watcher: LogWatcher | None = field(default=None, repr=False)
@@ -125,7 +126,7 @@ class SGLangServer:
 
     @property
     def pid(self) -> int | None:
-        return self._process.pid if self._process else None
+        return self._process.pid if self._process else self.reused_pid
 
     def url(self, path: str = "/") -> str:
         return self.base_url + "/" + path.lstrip("/")

@@ -1,0 +1,39 @@
+"""What a user writes: the server is up, it answers, and its startup looks right."""
+
+import requests
+
+
+def test_startup_within_bound(sglang_server):
+    # The seeds' real startups took 555-580 s; fail loudly if a change makes it much slower.
+    assert sglang_server.startup_seconds < 900
+
+
+def test_startup_phases_present(sglang_server):
+    phases = sglang_server.phases
+    for phase in ("load_weights", "kv_cache", "cuda_graph", "ready"):
+        assert phase in phases, f"phase {phase} missing from {sorted(phases)}"
+    assert phases["load_weights"] < phases["kv_cache"] < phases["ready"]
+
+
+def test_completion_answers(sglang_server):
+    resp = requests.post(
+        sglang_server.url("/v1/completions"),
+        json={"model": "default", "prompt": "The capital of France is", "max_tokens": 8, "temperature": 0},
+        headers=sglang_server.headers,
+        timeout=60,
+    )
+    assert resp.status_code == 200, resp.text
+    body = resp.json()
+    assert body["choices"][0]["text"]
+    assert body["usage"]["completion_tokens"] == 8
+
+
+def test_native_generate_reports_tokens(sglang_server):
+    resp = requests.post(
+        sglang_server.url("/generate"),
+        json={"text": "Hello", "sampling_params": {"max_new_tokens": 4, "temperature": 0, "ignore_eos": True}},
+        headers=sglang_server.headers,
+        timeout=60,
+    )
+    assert resp.status_code == 200, resp.text
+    assert resp.json()["meta_info"]["completion_tokens"] == 4
