@@ -28,6 +28,7 @@ reported with its line and column and is never overwritten.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
@@ -153,6 +154,7 @@ class Machine:
         return " | ".join(parts)
 
 
+@functools.lru_cache(maxsize=1)
 def _gpus() -> tuple[list[str], str | None]:
     exe = shutil.which("nvidia-smi")
     if not exe:
@@ -507,3 +509,40 @@ def compare(
         else:
             comp.notes.append(text)
     return comp
+
+
+# --------------------------------------------------------------------------------------------------------
+# Session-level checker (what the sglang_baseline fixture calls)
+
+
+class BaselineChecker:
+    """One per session: the store, the mode (compare, update, strict) and the machine per server version."""
+
+    def __init__(self, store: BaselineStore, *, update: bool = False, strict: bool = False,
+                 commit: str | None = None) -> None:
+        self.store = store
+        self.update = update
+        self.strict = strict
+        self.commit = commit
+        self._machines: dict[str | None, Machine] = {}
+
+    def machine(self, server: str | None) -> Machine:
+        if server not in self._machines:
+            self._machines[server] = detect_machine(server)
+        return self._machines[server]
+
+    def check(self, result: Any, tolerances: Mapping[str, str | float | int], *, profile: str, test_id: str,
+              server: str | None) -> Comparison:
+        """Compare (or record) ``result``. With no tolerances: ``output_throughput="5%"`` for a benchmark
+        result, ``startup_seconds="20%"`` for a server handle."""
+        if not tolerances:
+            if metric_value(result, "output_throughput") is not None:
+                tolerances = {"output_throughput": "5%"}
+            elif metric_value(result, "startup_seconds") is not None:
+                tolerances = {"startup_seconds": "20%"}
+            else:
+                raise BaselineError("check() needs tolerances, e.g. check(r, output_throughput='5%')")
+        also = ["output_throughput"] if metric_value(result, "output_throughput") is not None else []
+        return compare(result, tolerances, store=self.store, profile=profile, test_id=test_id,
+                       machine=self.machine(server), update=self.update, strict=self.strict,
+                       commit=self.commit, also_record=also)

@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import requests
@@ -359,7 +359,7 @@ class SGLangBench:
         from pytest_sglang.errors import BaselineError
         from pytest_sglang.report import strip_param
 
-        server = result if hasattr(result, "base_url") and hasattr(result, "startup_seconds") else None
+        server: Any = result if hasattr(result, "base_url") and hasattr(result, "startup_seconds") else None
         if server is None and "sglang_server" in request.fixturenames:
             server = request.getfixturevalue("sglang_server")
         profile = getattr(result, "profile", None) or getattr(server, "profile", None)
