@@ -19,8 +19,8 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib
 
-PYPROJECT_TABLE = ("tool", "pytest_sglang", "profiles")
-CONFIG_TABLE = ("profiles",)
+PYPROJECT_TABLE: tuple[str, ...] = ("tool", "pytest_sglang", "profiles")
+CONFIG_TABLE: tuple[str, ...] = ("profiles",)
 
 # key -> (expected type(s), description used in errors)
 _KEY_TYPES: dict[str, tuple[tuple[type, ...], str]] = {
@@ -177,6 +177,7 @@ class _Loader:
         return self.build(name, merged)
 
     def check_keys(self, name: str, table: dict[str, Any]) -> None:
+        value: Any
         for key, value in table.items():
             if key not in _KEY_TYPES:
                 hint = get_close_matches(key, list(_KEY_TYPES), n=1)
@@ -187,9 +188,10 @@ class _Loader:
             types, desc = _KEY_TYPES[key]
             if not isinstance(value, types) or isinstance(value, bool):
                 raise ProfileError(f"{self.where(name, key)}: must be {desc}, got {value!r}.")
-            if key in ("args", "command") and not all(isinstance(v, (str, int, float)) for v in value):
+            checked: Any = value  # isinstance against a tuple variable narrows to `object`
+            if key in ("args", "command") and not all(isinstance(v, (str, int, float)) for v in checked):
                 raise ProfileError(f"{self.where(name, key)}: must be {desc}, got {value!r}.")
-            if key == "env" and not all(isinstance(v, (str, int, float)) for v in value.values()):
+            if key == "env" and not all(isinstance(v, (str, int, float)) for v in checked.values()):
                 raise ProfileError(f"{self.where(name, key)}: values must be strings, got {value!r}.")
 
     def expand(self, name: str, key: str, value: Any) -> Any:
