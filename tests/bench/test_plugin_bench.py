@@ -1,0 +1,104 @@
+"""Through real pytest runs on the simulator: sglang_bench, sglang_baseline, profile comparison, reports."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+TESTS = '''
+import pytest
+
+def test_throughput(sglang_server, sglang_bench, sglang_baseline):
+    r = sglang_bench(num_requests=8, concurrency=8, input_len=16, output_len=40, warmup=1)
+    assert r.completed == 8
+    sglang_baseline.check(r, output_throughput="5%", median_ttft_ms="50%")
+
+def test_startup(sglang_server, sglang_baseline):
+    sglang_baseline.check(sglang_server, startup_seconds="900%")
+
+@pytest.mark.sglang_compare
+def test_eagle3_beats_base(sglang_results):
+    sglang_results.compare("eagle3", "base", "test_throughput", output_throughput="50%")
+'''
+
+
+def setup(pytester: pytest.Pytester, base_tok_s: float = 50.0) -> None:
+    pytester.makefile(".toml", pyproject=(
+        '[tool.pytest_sglang.profiles.base]\nmodel = "sim-model"\n'
+        f"sim = {{ startup_seconds = 0.3, decode_tok_s = {base_tok_s}, ttft_ms = 10 }}\n"
+        '[tool.pytest_sglang.profiles.eagle3]\nextends = "base"\nargs = ["--speculative-algorithm", "EAGLE3"]\n'
+        f"sim = {{ startup_seconds = 0.3, decode_tok_s = 100, ttft_ms = 10, accept_length = 2.5 }}\n"))
+    pytester.makepyfile(test_perf=TESTS)
+
+
+def run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
+    return pytester.runpytest_subprocess("-p", "no:cacheprovider", "--sglang-profile=base,eagle3", "--sglang-sim",
+                                         *args, timeout=120)
+
+
+def test_record_then_compare_then_regress(pytester: pytest.Pytester, tmp_path: Path,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    setup(pytester)
+    summary = tmp_path / "summary.md"
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    monkeypatch.setenv("PYTEST_SGLANG_MACHINE", "test-machine")
+
+    # 1. no baseline yet: passes with a note; strict fails
+    first = run(pytester, "--sglang-baseline-strict")
+    first.assert_outcomes(passed=1, failed=4)
+    first.stdout.fnmatch_lines(["*no baseline for output_throughput*--sglang-update-baseline*"])
+
+    # 2. record
+    rec = run(pytester, "--sglang-update-baseline")
+    rec.assert_outcomes(passed=5)
+    data = json.loads((pytester.path / ".sglang-baselines.json").read_text())
+    assert set(data["baselines"]) == {"base", "eagle3"}
+    (key,) = data["baselines"]["base"]["test_perf.py::test_throughput"]
+    assert key.startswith("test-machine | sglang ")
+    metrics = data["baselines"]["eagle3"]["test_perf.py::test_throughput"][key]["metrics"]
+    assert metrics["output_throughput"] > 0 and "median_ttft_ms" in metrics
+    assert "startup_seconds" in data["baselines"]["base"]["test_perf.py::test_startup"][key]["metrics"]
+
+    # 3. compare against it, with a report
+    report_path = pytester.path / "out" / "report.json"
+    ok = run(pytester, f"--sglang-report={report_path}", "--junitxml=junit.xml")
+    ok.assert_outcomes(passed=5)
+    ok.stdout.fnmatch_lines(["*sglang benchmarks*", "*profile*startup s*out tok/s*", "*eagle3*test_throughput*"])
+    report = json.loads(report_path.read_text())
+    assert report["schema"] == "pytest-sglang-report" and report["schema_version"] == 1
+    bench = report["profiles"]["eagle3"]["benchmarks"][0]
+    assert bench["test_id"] == "test_perf.py::test_throughput" and bench["outcome"] == "passed"
+    assert bench["result"]["accept_length"] == pytest.approx(2.5, rel=0.1)
+    assert bench["baseline"]["output_throughput"]["status"] == "ok"
+    assert report["profiles"]["base"]["startup_seconds"] > 0
+    assert report_path.with_suffix(".html").read_text().startswith("<!doctype html>")
+    assert "<svg" in report_path.with_suffix(".html").read_text()
+    assert "| eagle3 |" in summary.read_text()
+    junit = (pytester.path / "junit.xml").read_text()
+    assert 'name="sglang_output_throughput"' in junit and 'name="sglang_baseline_output_throughput"' in junit
+
+    # 4. base gets slower: its throughput check regresses; eagle3 is untouched; the comparison still holds
+    setup(pytester, base_tok_s=40.0)
+    bad = run(pytester)
+    bad.assert_outcomes(passed=4, failed=1)
+    bad.stdout.fnmatch_lines(["*output_throughput regressed *%: * tok/s vs baseline * tok/s (tolerance 5%; "
+                              "profile base, test-machine, recorded *)*"])
+
+
+def test_comparison_failure_names_both_profiles(pytester: pytest.Pytester) -> None:
+    setup(pytester, base_tok_s=90.0)
+    result = run(pytester, "-k", "throughput or beats")
+    result.assert_outcomes(passed=2, failed=1)
+    result.stdout.fnmatch_lines(["*eagle3 does not beat base on test_throughput*",
+                                 "*output_throughput: eagle3 * tok/s vs base * tok/s*needed a margin of 50%*"])
+
+
+def test_corrupt_baseline_fails_the_check_clearly(pytester: pytest.Pytester) -> None:
+    setup(pytester)
+    (pytester.path / ".sglang-baselines.json").write_text('{"format": "pytest-sglang-baselines", ')
+    result = run(pytester, "-k", "startup", "--sglang-update-baseline")
+    result.assert_outcomes(failed=2)
+    result.stdout.fnmatch_lines(["*baseline file * is broken: invalid JSON at line 1*left as it is*"])
+    assert (pytester.path / ".sglang-baselines.json").read_text() == '{"format": "pytest-sglang-baselines", '
