@@ -27,35 +27,50 @@ CHAT_TEMPLATE = (
     "{% if add_generation_prompt %}<|assistant|>{% endif %}"
 )
 
-_CORPUS = [
-    "The capital city of France is Paris, and the capital of Italy is Rome.",
-    "A quick brown fox jumps over the lazy dog while the cat sleeps in the sun.",
-    "Inference servers answer completions, chat completions and streamed tokens.",
-    "Once upon a time there was a tiny model that could only say random things.",
-    "pytest launches the server once per session and checks that it answers.",
-    "Hello, world! How are you today? I am fine, thank you very much.",
-    "Numbers: 0 1 2 3 4 5 6 7 8 9 10 100 1000; symbols: + - * / = < > ( ) [ ] { }",
-    "def main():\n    print('hello')\n    return 0\n",
-]
+VOCAB_SIZE = 32000  # like Llama's: benchmark clients draw random prompt ids from ranges such as [1000, 30000)
 
 
-def make_tokenizer(out: Path):
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+def _bpe_vocab(size: int) -> tuple[dict[str, int], list[tuple[str, str]]]:
+    """A byte-level BPE vocabulary of ``size`` tokens: 3 specials, the 256 byte symbols, then merges of
+    letters and digits (with and without a leading space, "Ġ") into 2- and 3-character tokens."""
+    from tokenizers import pre_tokenizers
+
+    vocab: dict[str, int] = {}
+    for tok in ("<s>", "</s>", "<pad>", *sorted(pre_tokenizers.ByteLevel.alphabet())):
+        vocab.setdefault(tok, len(vocab))
+    alnum = "etaoinshrdlucmfwypvbgkjqxzETAOINSHRDLUCMFWYPVBGKJQXZ0123456789"
+    merges: list[tuple[str, str]] = []
+
+    def add(a: str, b: str) -> bool:
+        if a + b in vocab:
+            return len(vocab) < size
+        vocab[a + b] = len(vocab)
+        merges.append((a, b))
+        return len(vocab) < size
+
+    firsts = ["Ġ", *alnum]
+    pairs = [a + b for a in firsts for b in alnum]
+    for a in firsts:
+        for b in alnum:
+            if not add(a, b):
+                return vocab, merges
+    for pair in pairs:
+        for c in alnum:
+            if not add(pair, c):
+                return vocab, merges
+    return vocab, merges
+
+
+def make_tokenizer(out: Path, vocab_size: int = VOCAB_SIZE):
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors
     from transformers import PreTrainedTokenizerFast
 
-    tok = Tokenizer(models.BPE())
+    vocab, merges = _bpe_vocab(vocab_size)
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=merges))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    specials = ["<s>", "</s>", "<pad>"]
-    trainer = trainers.BpeTrainer(
-        vocab_size=512,
-        special_tokens=specials,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    tok.train_from_iterator(_CORPUS * 4, trainer=trainer)
     tok.post_processor = processors.TemplateProcessing(
-        single="<s> $A", pair="<s> $A <s> $B", special_tokens=[("<s>", tok.token_to_id("<s>"))]
+        single="<s> $A", pair="<s> $A <s> $B", special_tokens=[("<s>", vocab["<s>"])]
     )
     fast = PreTrainedTokenizerFast(
         tokenizer_object=tok,
@@ -95,9 +110,10 @@ def make_model(out: Path, variant: str = "ok", seed: int = 0) -> Path:
     torch.manual_seed(seed)
     model = LlamaForCausalLM(config).to(torch.float32)
     with torch.no_grad():
-        # A zero logit for EOS never wins a greedy argmax against random rows (their maximum is > 0), so
-        # completions run to max_tokens and token counts are exact even without ignore_eos.
-        model.lm_head.weight[tokenizer.eos_token_id].zero_()
+        # A zero logit never wins a greedy argmax against 32000 random rows (their maximum is > 0): EOS and
+        # the other specials never come out, so completions run to max_tokens and counts are exact.
+        for special in tokenizer.all_special_ids:
+            model.lm_head.weight[special].zero_()
     model.save_pretrained(str(out), safe_serialization=True)
     (out / "generation_config.json").unlink(missing_ok=True)  # no sampling defaults: the server's own apply
 
