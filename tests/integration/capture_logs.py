@@ -1,7 +1,7 @@
 """Launch the real servers by hand (no plugin involved) and keep their logs as test data.
 
-    python tests/integration/capture_logs.py --sglang-python V/sglang/bin/python --vllm-python V/vllm/bin/python \
-        --out tests/integration/logs [case ...]
+    python tests/integration/capture_logs.py --sglang-python V/sglang/bin/python \
+        --vllm-python V/vllm/bin/python --out tests/integration/logs [case ...]
 
 Each case starts the server in its own session with stdout+stderr to a log file, waits for the ready line or
 the exit, sends a few requests when it is up, then ends the whole process group and checks nothing is left.

@@ -8,7 +8,8 @@ torch, transformers, tokenizers and safetensors: run it with a server venv's pyt
 Variants, each a real fault of the real server:
   ok            hidden 128, 2 heads, 1 KV head (head_dim 64), intermediate 256, 2 layers: serves on both.
   head_dim16    hidden 64, 4 heads (head_dim 16): vLLM's CPU attention starts, then dies at the first request.
-  corrupt       the ok model with a garbage safetensors header: "SafetensorError: Error while deserializing header".
+  corrupt       the ok model with a garbage safetensors header:
+                "SafetensorError: Error while deserializing header".
   unknown_arch  the ok model whose config names NoSuchArchForCausalLM: SGLang cannot find a model class.
 """
 
@@ -23,7 +24,8 @@ VARIANTS = ("ok", "head_dim16", "corrupt", "unknown_arch")
 UNKNOWN_ARCH = "NoSuchArchForCausalLM"
 
 CHAT_TEMPLATE = (
-    "{{ bos_token }}{% for message in messages %}<|{{ message['role'] }}|>{{ message['content'] }}\n{% endfor %}"
+    "{{ bos_token }}{% for message in messages %}"
+    "<|{{ message['role'] }}|>{{ message['content'] }}\n{% endfor %}"
     "{% if add_generation_prompt %}<|assistant|>{% endif %}"
 )
 
@@ -132,7 +134,9 @@ def make_model(out: Path, variant: str = "ok", seed: int = 0) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("out", type=Path)
     parser.add_argument("--variant", choices=VARIANTS, default="ok")
     parser.add_argument("--seed", type=int, default=0)
