@@ -310,7 +310,7 @@ class SGLangBench:
 
         self.config = config
         self.results = SessionResults()
-        self.notes: list[str] = []
+        self.notes: list[str] = []  # from checks of startup_seconds, which belong to no benchmark
         self._checker: BaselineChecker | None = None
         self._labels: dict[str, str | None] = {}
 
@@ -374,13 +374,13 @@ class SGLangBench:
             pytest.fail(str(exc), pytrace=False)
         entries = [b for b in self.results.entry_for(request.node.nodeid) if b.result is result]
         if entries:
-            entries[-1].comparisons.append(comp)
+            entries[-1].comparisons.append(comp)  # its notes reach the summary through the report
         else:
             self.results.server_checks.append(comp)
+            self.notes.extend(f"{request.node.nodeid}: {n}" for n in comp.notes)
         for check in comp.checks:
             if check.baseline is not None:
                 request.node.user_properties.append((f"sglang_baseline_{check.metric}", check.baseline))
-        self.notes.extend(f"{request.node.nodeid}: {n}" for n in comp.notes)
         if comp.failed:
             pytest.fail(comp.failure_message(), pytrace=False)
         return comp

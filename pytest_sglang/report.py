@@ -268,10 +268,7 @@ def terminal_lines(report: dict[str, Any]) -> list[str]:
     out = ["  ".join(h.ljust(w) for h, w in zip(HEADERS, widths, strict=True)),
            "  ".join("-" * w for w in widths)]
     out += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
-    for name, prof in report["profiles"].items():
-        if prof["phases"]:
-            order = sorted(prof["phases"].items(), key=lambda kv: kv[1])
-            out.append(f"{name} startup phases: " + ", ".join(f"{k} at {v:.1f}s" for k, v in order))
+    for name, prof in report["profiles"].items():  # phases: the plugin's "sglang servers" section shows them
         sb = prof.get("startup_baseline")
         if sb and sb.get("baseline") is not None and sb.get("change_pct") is not None:
             out.append(f"{name} startup vs baseline {sb['baseline']:.1f}s: {sb['change_pct']:+.1f}% "
