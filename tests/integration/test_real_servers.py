@@ -130,7 +130,8 @@ def test_bench_figures(sglang_bench, sglang_baseline):
     assert r.duration > 0 and r.output_throughput > 0
     assert r.output_throughput == pytest.approx(r.total_output_tokens / r.duration)
     assert 0 < r.median_ttft_ms <= r.p99_ttft_ms
-    assert r.median_itl_ms > 0 and r.median_e2e_latency_ms > r.median_ttft_ms
+    # vLLM on CPU often delivers several stream events in one read: the median gap can be 0.
+    assert r.median_itl_ms >= 0 and r.mean_itl_ms > 0 and r.median_e2e_latency_ms > r.median_ttft_ms
     assert r.accept_length is None
     # 2 cores shared by server and client: figures swing 2-4x between runs; the check is of the mechanism.
     sglang_baseline.check(r, output_throughput="90%", median_ttft_ms="1000%")
@@ -239,10 +240,10 @@ def test_report_has_startup_phases_and_exact_bench_figures(happy: HappyRun) -> N
     assert (r["completed"], r["failed"]) == (n, 0)
     assert r["total_output_tokens"] == n * BENCH["output_len"]
     assert r["total_input_tokens"] == n * BENCH["input_len"]
-    for key in ("output_throughput", "median_ttft_ms", "p99_ttft_ms", "median_itl_ms", "median_e2e_latency_ms"):
+    for key in ("output_throughput", "median_ttft_ms", "p99_ttft_ms", "mean_itl_ms", "median_e2e_latency_ms"):
         assert r[key] > 0, (key, r)
     assert r["accept_length"] is None
-    # Every token the bench client counted, the server also logged (SGLang) or reported in usage.
+    assert r["server_token_counts_missing"] == 0  # the counts are the server's, not the client's chunks
     assert bench["outcome"] == "passed"
 
 
@@ -265,8 +266,9 @@ FAULTS = {
                                     "Cannot find model module. 'NoSuchArchForCausalLM'", "exit code 137"),
     "sglang-bad-flag": ("sglang", "ok", ["--no-such-flag", "1"],
                         "error: unrecognized arguments: --no-such-flag", "exit code 2"),
+    # vLLM exits 1.6 s after printing the argparse error (atexit work); the plugin may kill it first.
     "vllm-bad-flag": ("vllm", "ok", ["--no-such-flag", "1"],
-                      "error: unrecognized arguments: --no-such-flag", "exit code 2"),
+                      "error: unrecognized arguments: --no-such-flag", "exit code 2|still alive"),
 }
 
 
@@ -284,7 +286,7 @@ def test_startup_fault_fails_fast_with_root_cause(case: str, tmp_path: Path, tin
     o = run.outcome("test_needs_server")
     assert o.outcome == "error", run.explain()
     assert cause in o.message, run.explain()
-    assert exit_text in o.message, run.explain()
+    assert re.search(exit_text, o.message), run.explain()
     assert "Full log:" in o.message
     # Benign lines that merely mention an error never stand in for the cause.
     assert "Ignore import error" not in o.message
