@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import pytest
 import requests
@@ -247,6 +247,11 @@ class SGLangSession:
             terminalreporter.write_line(_summary_line(record))
 
 
+def _fail_with(exc: BaseException) -> NoReturn:
+    """Fail with our message alone: no traceback of the plugin, no "During handling of..." chain."""
+    raise pytest.fail.Exception(str(exc), pytrace=False) from None
+
+
 def _death_of(server: SGLangServer, wait: float = 0.0) -> ServerDiedError | None:
     try:
         server.check_alive(wait=wait)
@@ -292,7 +297,7 @@ def sglang_server(request: pytest.FixtureRequest) -> Generator[SGLangServer, Non
     try:
         server = session.open_server(param)
     except (ServerStartupError, PluginError) as exc:
-        pytest.fail(str(exc), pytrace=False)
+        _fail_with(exc)
     try:
         yield server
     finally:
@@ -348,7 +353,7 @@ class SGLangBench:
             if exc.result is not None:
                 self.results.add_bench(server.profile, strip_param(request.node.nodeid, server.profile),
                                        request.node.nodeid, exc.result)
-            pytest.fail(str(exc), pytrace=False)
+            _fail_with(exc)
         self.results.add_bench(server.profile, strip_param(request.node.nodeid, server.profile),
                                request.node.nodeid, result)
         request.node.user_properties.extend(junit_properties(result))
@@ -371,7 +376,7 @@ class SGLangBench:
             comp = self.checker.check(result, tolerances, profile=profile,
                                       test_id=strip_param(request.node.nodeid, profile), server=label)
         except BaselineError as exc:
-            pytest.fail(str(exc), pytrace=False)
+            _fail_with(exc)
         entries = [b for b in self.results.entry_for(request.node.nodeid) if b.result is result]
         if entries:
             entries[-1].comparisons.append(comp)  # its notes reach the summary through the report

@@ -31,7 +31,7 @@ POLL_SECONDS = 0.02  # log and process poll: the ready-to-return lag is at most 
 NO_PATTERN_HEALTH_SECONDS = 0.25  # health poll when the kind has no ready line to wait for
 CRASH_SETTLE_SECONDS = 1.0  # after a traceback ends, let chained exceptions and other ranks' copies arrive
 STATUS_EVERY_SECONDS = 30.0
-FAILURE_GRACE_SECONDS = 3.0  # a server that failed to start gets little politeness
+FAILURE_GRACE_SECONDS = 0.5  # a server that failed to start gets little politeness: the error must not wait
 SIM_ENV = "PYTEST_SGLANG_SIM"
 
 StatusCallback = Callable[[str], None]

@@ -103,6 +103,7 @@ def test_startup_failures_error_every_test_with_the_root_cause(
     result.assert_outcomes(errors=2)
     result.stdout.fnmatch_lines(expected)
     result.stdout.fnmatch_lines(["*Full log: *p.log*"])
+    assert "During handling of the above exception" not in result.stdout.str()
     # The second test gets the same cached error: one launch, not two.
     assert result.stdout.str().count("launching: log") == 1
     if fault != "hang":
