@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import time
 from collections.abc import Callable
@@ -30,6 +31,9 @@ from pytest_sglang.watch import LogTail, LogWatcher
 POLL_SECONDS = 0.02  # log and process poll: the ready-to-return lag is at most this plus one health request
 NO_PATTERN_HEALTH_SECONDS = 0.25  # health poll when the kind has no ready line to wait for
 CRASH_SETTLE_SECONDS = 1.0  # after a traceback ends, let chained exceptions and other ranks' copies arrive
+DYING_WAIT_SECONDS = 10.0  # after a crash is logged mid-session, how long a still-answering server may take to die
+USAGE_EXIT_WAIT_SECONDS = 15.0
+_USAGE_ERROR = re.compile(r"^(?:(?![\w.]*(?:Error|Exception): )[\w.\-/]+(?: [\w.\-]+){0,3}: error: |Error: )")
 STATUS_EVERY_SECONDS = 30.0
 FAILURE_GRACE_SECONDS = 0.5  # a server that failed to start gets little politeness: the error must not wait
 SIM_ENV = "PYTEST_SGLANG_SIM"
@@ -119,6 +123,7 @@ class SGLangServer:
     _tail: LogTail | None = field(default=None, repr=False)
     _watcher: LogWatcher | None = field(default=None, repr=False)
     _death: ServerDiedError | None = field(default=None, repr=False)
+    _survived_failure: float | None = field(default=None, repr=False)  # a crash logged while it kept serving
 
     @property
     def base_url(self) -> str:
@@ -137,17 +142,32 @@ class SGLangServer:
 
     def check_alive(self, wait: float = 0.0) -> None:
         """Raise ServerDiedError (with the log's root cause) if the server has died; `wait` lets a dying
-        server finish dying, so a failed request is reported as the crash that caused it."""
+        server finish dying, so a failed request is reported as the crash that caused it.
+
+        A server that has logged a crash since it was ready gets up to DYING_WAIT_SECONDS to exit or stop
+        answering (vLLM's API server answers 500 for a moment after its engine died); if it is still healthy
+        then, that crash is taken as survived and costs no further wait."""
         if self._death is not None:
             raise self._death
+        if self._crash_pending():
+            wait = max(wait, DYING_WAIT_SECONDS)
         deadline = time.monotonic() + wait
         while True:
             self._death = self._find_death()
             if self._death is not None:
                 raise self._death
             if time.monotonic() >= deadline:
+                if self._watcher is not None:
+                    self._survived_failure = self._watcher.failing_since
                 return
             time.sleep(0.1)
+
+    def _crash_pending(self) -> bool:
+        if self._watcher is None or self._tail is None:
+            return False
+        self._watcher.feed(self._tail.read_lines(), time.monotonic())
+        failing = self._watcher.failing_since
+        return failing is not None and failing != self._survived_failure
 
     def _find_death(self) -> ServerDiedError | None:
         if self._process is None or self._tail is None or self._watcher is None:
@@ -163,8 +183,7 @@ class SGLangServer:
         if code is not None:
             self._watcher.feed(self._tail.flush(), now)
             return self._died("server died during the session", code)
-        failing = self._watcher.failing_since
-        if failing is not None and now - failing >= CRASH_SETTLE_SECONDS and not self._healthy():
+        if self._crash_pending() and not self._healthy():
             error = self._died("server failed during the session: it logged a crash and stopped answering", None)
             self._process.stop(grace=FAILURE_GRACE_SECONDS)
             return error
@@ -260,7 +279,7 @@ def wait_until_ready(
         if code is not None:
             watcher.feed(tail.read_lines() + tail.flush(), time.monotonic())
             raise fail("server exited during startup", code, _exit_hints(code))
-        if watcher.failing_since is not None and now - watcher.failing_since >= CRASH_SETTLE_SECONDS:
+        if watcher.failing_since is not None and now - watcher.failing_since >= _settle_seconds(watcher):
             raise fail(
                 "server crashed during startup (its process was still alive; the tree has been killed)",
                 None, [],
@@ -288,6 +307,17 @@ def wait_until_ready(
             on_status(f"[sglang {plan.profile.name}] {now - started:.0f} s  {watcher.status(now)}")
             last_status, last_label = now, label
         time.sleep(POLL_SECONDS)
+
+
+def _settle_seconds(watcher: LogWatcher) -> float:
+    """How long a logged failure may take to play out before the still-running process is called crashed.
+
+    A usage error (argparse's `prog: error: ...`, click's `Error: ...`) always ends in exit code 2, but a
+    process with torch loaded can take seconds to exit: wait for that exit, so the error says "exit code 2"."""
+    causes = watcher.root_causes()
+    if causes and all(_USAGE_ERROR.match(cause) for cause in causes):
+        return USAGE_EXIT_WAIT_SECONDS
+    return CRASH_SETTLE_SECONDS
 
 
 def attach_server(url: str, *, profile: str, health_path: str | None = "/health", api_key: str | None = None,
@@ -324,7 +354,7 @@ def health_ok(url: str, headers: dict[str, str], *, timeout: float,
 
 def _exit_hints(code: int) -> list[str]:
     if code == 2:
-        return ["exit code 2 is argparse rejecting the command line: check the profile's `args`"]
+        return ["exit code 2 is the server's command-line parser rejecting a flag: check the profile's `args`"]
     if code in (-9, 137):
         return ["SIGKILL: SGLang kills its own tree after a child fails (see the root cause), "
                 "or the OS OOM killer did (`dmesg -T | grep -i oom`)"]

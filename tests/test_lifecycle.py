@@ -89,7 +89,7 @@ def test_malformed_toml_names_file_and_line(pytester: pytest.Pytester) -> None:
         ("exit", ["*server exited during startup*killed by SIGKILL (exit code 137)*",
                   "*AttributeError: 'KimiK25ForConditionalGeneration'*"]),
         ("bad-flag", ["*server exited during startup*exit code 2*", "*error: unrecognized arguments*",
-                      "*exit code 2 is argparse rejecting the command line*"]),
+                      "*exit code 2 is the server?s command-line parser rejecting a flag*"]),
         ("hang", ["*server was not ready within its startup timeout of 4 s*", "*Last * log lines:*",
                   "*Try: raise startup_timeout*"]),
     ],

@@ -187,7 +187,7 @@ def test_sample_replayed_through_the_plugin(pytester: pytest.Pytester, mark: str
     elif case.then == "exit:2":
         assert "server exited during startup" in out, where
         assert "exit code 2" in out, where
-        assert "argparse rejecting the command line" in out, where
+        assert "command-line parser rejecting a flag" in out, where
 
 
 def test_every_sample_is_covered() -> None:
