@@ -451,7 +451,7 @@ def run_bench(
     input_len: int = 128,
     output_len: int = 128,
     api: Api = "completions",
-    ignore_eos: bool = True,
+    ignore_eos: bool | None = True,
     warmup: int = 1,
     seed: int = 0,
     tokenizer: Any | str | None = None,

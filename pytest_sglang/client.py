@@ -44,7 +44,7 @@ def build_payload(
     prompt: str | Sequence[int],
     output_len: int,
     model: str | None = None,
-    ignore_eos: bool = True,
+    ignore_eos: bool | None = True,
     stream: bool = True,
     temperature: float = 0.0,
     extra: Mapping[str, Any] | None = None,
@@ -58,16 +58,18 @@ def build_payload(
         raise ValueError(f"unknown api {api!r}: expected one of {', '.join(API_PATHS)}")
     body: dict[str, Any]
     if api == "generate":
-        sampling: dict[str, Any] = {"max_new_tokens": output_len, "temperature": temperature,
-                                    "ignore_eos": ignore_eos}
+        sampling: dict[str, Any] = {"max_new_tokens": output_len, "temperature": temperature}
+        if ignore_eos is not None:  # None: leave the field out
+            sampling["ignore_eos"] = ignore_eos
         body = {"sampling_params": sampling, "stream": stream}
         if isinstance(prompt, str):
             body["text"] = prompt
         else:
             body["input_ids"] = list(prompt)
     else:
-        body = {"max_tokens": output_len, "temperature": temperature, "stream": stream,
-                "ignore_eos": ignore_eos}
+        body = {"max_tokens": output_len, "temperature": temperature, "stream": stream}
+        if ignore_eos is not None:  # None: leave it out; strict OpenAI servers (transformers serve) answer 422
+            body["ignore_eos"] = ignore_eos
         if model:
             body["model"] = model
         if stream:
@@ -404,9 +406,11 @@ async def _stream(pool: ConnectionPool, api: Api, body: Mapping[str, Any], path:
     result.end = time.perf_counter()
     state["reusable"] = keep_alive
     result.ok = result.error is None
-    if result.ok and not result.chunk_times:
+    if result.ok and not result.chunk_times and not result.completion_tokens:
         result.ok = False
         result.error = "the stream ended without any output"
+    # Tokens that decode to no text (random weights, special tokens) stream no content but are counted in
+    # `usage`: a success whose TTFT is unknown (None keeps it out of the TTFT figures rather than faking one).
 
 
 # --------------------------------------------------------------------------------------------------------
