@@ -17,6 +17,9 @@ in the same run (the seed loop watches the very same log file as the plugin, in 
     ru_maxrss, and tracemalloc's peak (separate child). The grep loop's cost is one poll (both greps) over the
     same whole file, run with subprocess and measured with RUSAGE_CHILDREN.
 
+With --baseline-rev REV, (c) also measures the watch.py of git revision REV (`git show REV:...` into a temporary
+module), its runs interleaved with the current ones in the same invocation, and reports the ratio.
+
 The seed loop is the literal one from /work/shared/seeds/000*.txt, with the log path as a variable and
 `date +%s.%N` added to its echo lines so its detection moment is known.
 """
@@ -243,13 +246,29 @@ def generate_log(path: Path, megabytes: float, rng: random.Random) -> int:
     return size
 
 
-def watch_child(source: str, chunk: int, trace: bool) -> None:
+def load_watch_module(path: str | None):
+    """pytest_sglang.watch, or the watch.py at `path` loaded as a module of the package (a baseline)."""
+    if path is None:
+        import pytest_sglang.watch as module
+        return module
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("pytest_sglang._watch_baseline", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def watch_child(source: str, chunk: int, trace: bool, module_path: str | None = None) -> None:
     """Append `source` to a fresh log piece by piece; after each piece, read+feed. Prints JSON."""
     import tracemalloc
 
-    from pytest_sglang.watch import LogTail, LogWatcher
+    watch = load_watch_module(module_path)
+    LogTail, LogWatcher = watch.LogTail, watch.LogWatcher  # noqa: N806
 
-    log = Path(source + ".live")
+    log = Path(source + (".live" if module_path is None else ".base.live"))
     log.unlink(missing_ok=True)
     rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     tail = LogTail(log)
@@ -285,10 +304,12 @@ def watch_child(source: str, chunk: int, trace: bool) -> None:
                       "ready": watcher.ready_at is not None, "failing": watcher.failing_since is not None}))
 
 
-def run_child(source: Path, chunk: int, trace: bool) -> dict:
+def run_child(source: Path, chunk: int, trace: bool, module_path: Path | None = None) -> dict:
     cmd = [sys.executable, __file__, "--_watch-child", str(source), "--_chunk", str(chunk)]
     if trace:
         cmd.append("--_trace")
+    if module_path is not None:
+        cmd += ["--_module", str(module_path)]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     return json.loads(out.strip().splitlines()[-1])
 
@@ -303,18 +324,41 @@ def grep_poll_cpu(log: Path) -> tuple[float, float]:
     return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), wall
 
 
-def watcher_cost(work: Path, runs: int, megabytes: float, rng: random.Random) -> dict:
+def baseline_module(work: Path, rev: str) -> Path:
+    """watch.py as of git revision `rev`, written to a temporary file."""
+    text = subprocess.run(["git", "-C", str(REPO), "show", f"{rev}:pytest_sglang/watch.py"], check=True,
+                          capture_output=True, text=True).stdout
+    path = work / "watch_baseline.py"
+    path.write_text(text)
+    return path
+
+
+def watcher_cost(work: Path, runs: int, megabytes: float, rng: random.Random, baseline_rev: str | None = None) -> dict:
     source = work / "generated.log"
     size = generate_log(source, megabytes, rng)
     per100 = 100_000_000 / size
     chunk = 64 * 1024
-    ours = [run_child(source, chunk, trace=False) for _ in range(max(3, runs // 2 + 1))]
+    base_path = baseline_module(work, baseline_rev) if baseline_rev else None
+    ours: list[dict] = []
+    base: list[dict] = []
+    for _ in range(max(3, runs // 2 + 1)):  # interleaved, so both see the same machine load
+        ours.append(run_child(source, chunk, trace=False))
+        if base_path is not None:
+            base.append(run_child(source, chunk, trace=False, module_path=base_path))
     traced = run_child(source, chunk, trace=True)
     subprocess.run(["cat", str(source)], stdout=subprocess.DEVNULL, check=True)  # warm the page cache
     polls = [grep_poll_cpu(source) for _ in range(runs)]
-    for r in ours:
+    for r in ours + base:
         assert not r["ready"] and r["bytes_read"] == size, r
+    for r in base:  # same lines, same verdict
+        assert (r["lines"], r["failing"]) == (ours[0]["lines"], ours[0]["failing"]), (r, ours[0])
+    extra = {}
+    if base:
+        extra = {"baseline_rev": baseline_rev,
+                 "baseline_cpu_s_per_100mb": [r["cpu_s"] * per100 for r in base],
+                 "baseline_us_per_line": [r["cpu_s"] / r["lines"] * 1e6 for r in base]}
     return {
+        **extra,
         "log_bytes": size,
         "log_lines": ours[0]["lines"],
         "chunk_bytes": chunk,
@@ -371,12 +415,15 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--skip-launch", action="store_true", help="only (c)")
     p.add_argument("--skip-watch", action="store_true", help="only (a) and (b)")
+    p.add_argument("--baseline-rev", default=None,
+                   help="also measure (c) with pytest_sglang/watch.py of this git revision, interleaved")
+    p.add_argument("--_module", dest="module", default=None, help=argparse.SUPPRESS)
     p.add_argument("--_watch-child", dest="watch_child", help=argparse.SUPPRESS)
     p.add_argument("--_chunk", dest="chunk", type=int, default=65536, help=argparse.SUPPRESS)
     p.add_argument("--_trace", dest="trace", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.watch_child:
-        watch_child(args.watch_child, args.chunk, args.trace)
+        watch_child(args.watch_child, args.chunk, args.trace, args.module)
         return
 
     rng = random.Random(args.seed)
@@ -395,7 +442,7 @@ def main() -> None:
             result["launch"] = launches(work, args.runs, rng)
         if not args.skip_watch:
             print(f"(c) watcher cost on a generated {args.log_mb:.0f} MB log ...", flush=True)
-            result["watch"] = watcher_cost(work, args.runs, args.log_mb, rng)
+            result["watch"] = watcher_cost(work, args.runs, args.log_mb, rng, args.baseline_rev)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     result["machine"]["loadavg_end"] = os.getloadavg()
@@ -429,6 +476,15 @@ def main() -> None:
         result["watch_summary"]["grep_polls_per_ours"] = polls_to_match
         rows.append(("(c) CPU per 100 MB of log (ours: once; seed: per poll)", fmt(ours),
                      fmt(grep), f"ours = {polls_to_match:.0f} polls" if polls_to_match else "n/a", ""))
+        rows.append(("(c) watcher cost per line", fmt(result["watch_summary"]["ours_us_per_line"], "us"), "", "", ""))
+        if "baseline_cpu_s_per_100mb" in w:
+            b = spread(w["baseline_cpu_s_per_100mb"])
+            bl = spread(w["baseline_us_per_line"])
+            speedup = b["median"] / ours["median"]
+            result["watch_summary"].update(baseline_cpu_s_per_100mb=b, baseline_us_per_line=bl,
+                                           baseline_over_ours=speedup)
+            rows.append((f"(c) same, watch.py of {w['baseline_rev']} (interleaved runs)", fmt(b),
+                         f"per line {fmt(bl, 'us')}", f"baseline/ours {speedup:.1f}x", ""))
         rss_delta = (statistics.median(w["ours_maxrss_after_kb"]) - w["ours_maxrss_before_kb"]) / 1024
         rows.append(("(c) peak memory of the watcher", f"tracemalloc {w['ours_tracemalloc_peak_b'] / 1e6:.1f} MB, "
                      f"maxrss {rss_delta:+.1f} MB", "grep: constant", "", ""))

@@ -16,6 +16,12 @@ The extractor knows no server by name. It understands:
 * argparse errors ("launch_server.py: error: unrecognized arguments: ...").
 
 Root causes are deduplicated across ranks (same exception line, numbers ignored) and bounded in number.
+
+Cost: most lines of a long log (decode batches, access lines, progress bars) can change nothing. Every rule's
+regex needs one of a few literals (`required_literals`, read off the compiled rules: "Traceback", 'File "',
+"Error", the kind's ready/phase/fatal-marker words, ...); while nothing is open in the extractor, a line with
+none of them only moves the extractor's owner and previous-line table (`RootCauseExtractor._skip`), the last
+lines and the progress bar. The results are the same as running every rule on every line (tests/watch).
 """
 
 from __future__ import annotations
@@ -43,6 +49,11 @@ _LINE_BREAK = re.compile(r"\r\n|\r|\n")
 # then the C0 control characters that are not whitespace.
 _ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[@-Z\\-_]?")
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+# The same characters as bytes: UTF-8 never uses them inside a multibyte sequence, so raw bytes free of them
+# decode to text free of them (ESC included).
+_CONTROL_BYTES = bytes([*range(0x00, 0x09), 0x0B, 0x0C, *range(0x0E, 0x20), 0x7F])
+# Line boundaries of str.splitlines() that are not ours (the others, \v \f \x1c-\x1e, are control characters).
+_OTHER_SPLITLINES = ("\x85", "\u2028", "\u2029")
 _ELLIPSIS = "\u2026"
 
 
@@ -157,16 +168,36 @@ class LogTail:
                 self._pos += len(data)
                 self.bytes_read += len(data)
                 to_read -= len(data)
-                self._consume(self._decoder.decode(data), lines)
+                plain = len(data.translate(None, _CONTROL_BYTES)) == len(data)
+                self._consume(self._decoder.decode(data), lines, plain=plain)
         return lines
 
-    def _consume(self, text: str, lines: list[str]) -> None:
+    def _consume(self, text: str, lines: list[str], *, plain: bool = False) -> None:
+        """`plain`: the caller knows `text` holds no control character (so no ANSI escape either)."""
         if self._pending_cr and text.startswith("\n"):
             text = text[1:]
         self._pending_cr = False
         if not text:
             return
         self._pending_cr = text.endswith("\r")
+        if plain and not any(map(text.__contains__, _OTHER_SPLITLINES)):
+            # fast path: str.splitlines() splits exactly on \r\n, \r and \n here, and the lines between the
+            # first and the last piece need neither joining nor cleaning
+            parts = text.splitlines()
+            if text[-1] in "\r\n":
+                parts.append("")
+            self._append_partial(parts[0])
+            if len(parts) > 1:
+                lines.append(self._take_partial())
+                middle = parts[1:-1]
+                if middle:
+                    limit = self.max_line_chars
+                    if max(map(len, middle)) <= limit:
+                        lines.extend(middle)
+                    else:
+                        lines.extend(p if len(p) <= limit else p[: limit - 1] + _ELLIPSIS for p in middle)
+                self._append_partial(parts[-1])
+            return
         parts = _LINE_BREAK.split(text)
         for piece in parts[:-1]:
             self._append_partial(piece)
@@ -236,34 +267,195 @@ def strip_prefixes(line: str) -> tuple[str | None, str | None, str]:
     level: str | None = None
     body = line
     for _ in range(6):
-        m = _PROC_TAG.match(body)
-        if m:
-            if source is None:
-                source = " ".join(m.group("proc").split())
-            body = body[m.end():]
-            continue
-        m = _LEVEL_TS.match(body)
-        if m:
-            level = level or m.group("level")
-            body = body[m.end():]
-            continue
-        m = _SGLANG_TAG.match(body)
-        if m:
-            if source is None:
-                source = m.group("tags").strip() or "main"
-            body = body[m.end():]
-            continue
-        m = _ISO_TS.match(body)
-        if m:
-            level = level or m.group("level")
-            body = body[m.end():]
-            continue
-        m = _COMPOSE.match(body)
-        if m:
-            body = body[m.end():]
-            continue
+        # Each prefix can only start with certain characters: "(", a level word, "[", a digit, an ASCII letter.
+        # Trying only those that can match keeps the order (and so the result) of trying them all.
+        c = body[:1]
+        if c == "(":
+            m = _PROC_TAG.match(body)
+            if m:
+                if source is None:
+                    source = " ".join(m.group("proc").split())
+                body = body[m.end():]
+                continue
+            break
+        if c == "[":
+            m = _SGLANG_TAG.match(body)
+            if m:
+                if source is None:
+                    source = m.group("tags").strip() or "main"
+                body = body[m.end():]
+                continue
+            break
+        if c in _ASCII_LETTERS:
+            m = _LEVEL_TS.match(body) if body.startswith(_LEVEL_WORDS) else None
+            if m:
+                level = level or m.group("level")
+                body = body[m.end():]
+                continue
+            m = _COMPOSE.match(body)
+            if m:
+                body = body[m.end():]
+                continue
+            break
+        if c.isdecimal():  # what \d matches
+            m = _ISO_TS.match(body)
+            if m:
+                level = level or m.group("level")
+                body = body[m.end():]
+                continue
         break
     return source, level, body
+
+
+_ASCII_LETTERS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz")
+_LEVEL_WORDS = ("DEBUG", "INFO", "WARN", "ERROR", "CRITICAL", "FATAL")  # what _LEVEL_TS can start with
+
+
+def _source_of(line: str) -> str | None:
+    """``strip_prefixes(line)[0]``, cheaper: the first prefix that names a source decides it, and most lines
+    start with that very prefix (or with none at all)."""
+    c = line[:1]
+    if c == "[":
+        m = _SGLANG_TAG.match(line)
+        return (m.group("tags").strip() or "main") if m else None
+    if c == "(":
+        m = _PROC_TAG.match(line)
+        return " ".join(m.group("proc").split()) if m else None
+    if c in _ASCII_LETTERS:
+        if line.startswith(_LEVEL_WORDS) or ("-" in line and _COMPOSE.match(line)):
+            return strip_prefixes(line)[0]
+        return None
+    if c.isdecimal():
+        return strip_prefixes(line)[0]
+    return None
+
+
+# --------------------------------------------------------------------------------------------------------
+# Literals a regex needs (for skipping lines that no rule can act on)
+# --------------------------------------------------------------------------------------------------------
+
+try:
+    from re import _constants as _sre_c  # type: ignore[attr-defined]
+    from re import _parser as _sre_p  # type: ignore[attr-defined]
+except ImportError:  # Python 3.10
+    import sre_constants as _sre_c  # type: ignore[no-redef]
+    import sre_parse as _sre_p  # type: ignore[no-redef]
+
+_REPEATS = tuple(
+    op for op in (getattr(_sre_c, n, None) for n in ("MAX_REPEAT", "MIN_REPEAT", "POSSESSIVE_REPEAT")) if op
+)
+# Characters whose case-insensitive matches (re's IGNORECASE, str patterns) all lower() to the character's own
+# lower case: ASCII except i, k, s (matched by dotless i, Kelvin sign, long s).
+_FOLD_SAFE = frozenset(
+    "abcdefghjlmnopqrtuvwxyzABCDEFGHJLMNOPQRTUVWXYZ0123456789 !\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~"
+)
+
+
+def _required_of(items: Any, fold: bool) -> frozenset[str] | None:
+    """For a parsed sequence: a set of literals such that every match contains one of them, or None."""
+    found: list[frozenset[str]] = []
+    run: list[str] = []
+
+    def end_run() -> None:
+        if run:
+            found.append(frozenset(("".join(run),)))
+            run.clear()
+
+    for op, av in items:
+        if op is _sre_c.LITERAL:
+            ch = chr(av)
+            if not fold:
+                run.append(ch)
+                continue
+            if ch in _FOLD_SAFE:
+                run.append(ch.lower())
+                continue
+            end_run()
+            continue
+        end_run()
+        sub: frozenset[str] | None = None
+        if op is _sre_c.SUBPATTERN:
+            _group, add_flags, del_flags, body = av
+            if not (add_flags or del_flags):
+                sub = _required_of(body, fold)
+        elif op is _sre_c.BRANCH:
+            alternatives = [_required_of(b, fold) for b in av[1]]
+            if all(a is not None for a in alternatives):
+                sub = frozenset().union(*alternatives)  # type: ignore[arg-type]
+        elif op in _REPEATS:
+            low, _high, body = av
+            if low >= 1:
+                sub = _required_of(body, fold)
+        elif op is getattr(_sre_c, "ATOMIC_GROUP", None):
+            sub = _required_of(av, fold)
+        if sub:
+            found.append(sub)
+    end_run()
+    found = [f for f in found if f and all(f)]
+    if not found:
+        return None
+    return max(found, key=lambda f: min(map(len, f)))  # the set whose shortest member is longest
+
+
+def required_literals(pattern: re.Pattern[str] | str) -> tuple[frozenset[str], bool] | None:
+    """(literals, folded): every match of `pattern` contains one of `literals` (in ``line.lower()`` when
+    `folded`); None when no such set is known. Sound, not complete: it only ever says less."""
+    try:
+        if isinstance(pattern, str):
+            pattern = re.compile(pattern)
+        if not isinstance(pattern.pattern, str):
+            return None
+        fold = bool(pattern.flags & re.IGNORECASE)
+        tree = _sre_p.parse(pattern.pattern, pattern.flags)
+        literals = _required_of(list(tree), fold)
+    except Exception:  # noqa: BLE001 - an unknown parser shape only costs the fast path
+        return None
+    if literals is None:
+        return None
+    return literals, fold
+
+
+def _needles(patterns: Iterable[re.Pattern[str] | str]) -> tuple[str, ...] | None:
+    """Case-sensitive literals such that a line containing none of them matches none of `patterns`; None
+    when one pattern has none. Literals containing another one are dropped (the shorter one says enough)."""
+    found: set[str] = set()
+    for pattern in patterns:
+        req = required_literals(pattern)
+        if req is None or req[1]:
+            return None
+        found |= req[0]
+    return _minimal(found)
+
+
+_Needles = tuple[tuple[str, tuple[str, ...]], ...]
+
+
+def _grouped(literals: Iterable[str]) -> _Needles:
+    """Literals grouped under a character each holds (its first capital letter; "" when it has none): a
+    one-character test, far cheaper than a substring search, then rules out a whole group for most lines."""
+    groups: dict[str, list[str]] = {}
+    for lit in literals:
+        anchor = next((c for c in lit if "A" <= c <= "Z"), "")
+        groups.setdefault(anchor, []).append(lit)
+    return tuple((anchor, tuple(groups[anchor])) for anchor in sorted(groups))
+
+
+def _holds_any(line: str, needles: _Needles) -> bool:
+    for anchor, group in needles:
+        if anchor in line:  # "" is in every line
+            for lit in group:
+                if lit in line:
+                    return True
+    return False
+
+
+def _minimal(literals: Iterable[str]) -> tuple[str, ...]:
+    """The literals, less those that contain another one (finding the shorter one says enough)."""
+    out: list[str] = []
+    for lit in sorted(set(literals), key=lambda x: (len(x), x)):
+        if not any(shorter in lit for shorter in out):
+            out.append(lit)
+    return tuple(out)
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -432,6 +624,16 @@ class RootCauseExtractor:
         self._chain: dict[str, _Cause] = {}
         self._prev_body: dict[str, str] = {}
         self._owner = _UNKNOWN
+        # Fast path. While no traceback, orphan exception line, chain marker or reversed block is open, a line
+        # containing none of these literals (each rule's regex needs one of them) changes nothing but the
+        # owner and the previous-line table: `_skip` does just that. None: a rule without known literals.
+        self.needles = _needles(
+            [re.escape(_TB_HEADER), _FRAME, _CHAIN, _STRONG_LAST, _ARGPARSE, _EXCEPTION_IGNORED,
+             *self.fatal_markers]
+        )
+        self._grouped_needles = _grouped(self.needles) if self.needles is not None else None
+        self._skip_prefix = ""
+        self._skip_source: str | None = None
 
     # public -----------------------------------------------------------------------------------------------
 
@@ -441,6 +643,9 @@ class RootCauseExtractor:
         line = line[: self.max_line_chars]
         if "\x1b" in line:
             line = clean_line(line)
+        if self._grouped_needles is not None and self.idle and not _holds_any(line, self._grouped_needles):
+            self._skip(line)
+            return False
         evident = False
         if self._any_marker is not None and self._any_marker.search(line):
             text = " ".join(strip_prefixes(line)[2].split())
@@ -460,6 +665,11 @@ class RootCauseExtractor:
     @property
     def has_exception(self) -> bool:
         return bool(self._causes)
+
+    @property
+    def idle(self) -> bool:
+        """No traceback, orphan exception line, chain marker or reversed block is open for any source."""
+        return not (self._open or self._reversed or self._orphan or self._chain)
 
     # internals ---------------------------------------------------------------------------------------------
 
@@ -510,6 +720,33 @@ class RootCauseExtractor:
         for table in (self._open, self._reversed, self._orphan, self._last_closed, self._chain):
             _trim(table, self.MAX_KEYS)
         _trim(self._prev_body, self.MAX_KEYS)
+
+    def _skip(self, line: str) -> None:
+        """What `_feed` does with a line when `idle` and the line holds none of `needles`: `_dispatch` would
+        change nothing, so only the owner and the previous-line table move (the table's value only ever
+        matters as "an 'Exception ignored' line or not", and such a line holds a needle)."""
+        # the source, from the previous skipped line's when this line starts with the same bracketed prefix
+        # (the prefix up to its first "]" decides an SGLang tag's match)
+        cached = self._skip_prefix
+        if cached and line.startswith(cached):
+            source = self._skip_source
+        else:
+            source = _source_of(line)
+            if line[:1] == "[":
+                end = line.find("]")
+                if end > 0:
+                    self._skip_prefix, self._skip_source = line[: end + 1], source
+        if source is not None:
+            self._owner = source  # nothing is open, so the owner follows every prefixed line
+            key = source
+        else:
+            key = self._owner
+        prev_body = self._prev_body
+        if key in prev_body:
+            prev_body[key] = ""
+        else:
+            prev_body[key] = ""
+            self._bound_keys()
 
     def _feed(self, line: str) -> bool:
         source, level, body = strip_prefixes(line)
@@ -718,14 +955,57 @@ class LogWatcher:
         self._last: deque[str] = deque(maxlen=self.LAST_LINES)
         self._extractor = RootCauseExtractor(kind.fatal_markers)
         self._pending_rules = list(kind.phases)
+        # progress lines must hold these (in line.lower() when folded): a cheap test before the regex
+        self._progress_literals = (
+            required_literals(kind.progress_pattern) if kind.progress_pattern is not None else None
+        )
+        self._needles = self._watch_needles()
+
+    def _watch_needles(self) -> _Needles | None:
+        """Literals one of which every line that any rule could act on holds (the extractor's, the ready
+        pattern's while not ready, the pending phase rules'); None: no fast path."""
+        ex = self._extractor.needles
+        if ex is None:
+            return None
+        patterns: list[re.Pattern[str]] = [r.pattern for r in self._pending_rules]
+        if self._ready_re is not None and self.ready_at is None:
+            patterns.append(self._ready_re)
+        own = _needles(patterns)
+        if own is None:
+            return None
+        return _grouped(_minimal((*ex, *own)))
 
     def feed(self, lines: Sequence[str], now: float) -> None:
+        ex = self._extractor
+        limit = ex.max_line_chars
+        last = self._last
+        # ex.idle, spelled out: these tables are only ever changed in place
+        opened, reversed_, orphans, chains = ex._open, ex._reversed, ex._orphan, ex._chain
         for line in lines:
             if "\n" in line or "\r" in line:
                 for piece in _LINE_BREAK.split(line):
                     self._feed_one(piece, now)
-            else:
+                continue
+            # the fast path: no rule can act on this line (see RootCauseExtractor._skip)
+            needles = self._needles
+            if needles is None or opened or reversed_ or orphans or chains:
                 self._feed_one(line, now)
+                continue
+            if len(line) > limit:
+                line = line[:limit]
+            if "\x1b" in line:
+                line = clean_line(line)
+            if _holds_any(line, needles):
+                self._feed_one(line, now)
+                continue
+            self.lines_seen += 1
+            if line and not line.isspace():
+                last.append(line)
+            ex._skip(line)
+            if "%" in line and self.kind.progress_pattern is not None:
+                self._progress(line)
+        if lines:
+            self.last_line_at = now
 
     def _feed_one(self, line: str, now: float) -> None:
         line = line[: self._extractor.max_line_chars]
@@ -741,6 +1021,7 @@ class LogWatcher:
             self.ready_at = now
             self.phases.setdefault("ready", now - self.started_at)
             self.phase_label = "ready"
+            self._needles = self._watch_needles()
         if self._pending_rules:
             matched = False
             for rule in self._pending_rules:
@@ -751,20 +1032,31 @@ class LogWatcher:
                         self.phase_label = rule.label
             if matched:
                 self._pending_rules = [r for r in self._pending_rules if r.name not in self.phases]
+                self._needles = self._watch_needles()
+        if self.kind.progress_pattern is not None and "%" in line:
+            self._progress(line)
+
+    def _progress(self, line: str) -> None:
         pp = self.kind.progress_pattern
-        if pp is not None and "%" in line:
-            m = pp.search(line)
-            if m:
-                groups = m.groups()
-                desc = line[: m.start(1)].rsplit(":", 1)[0]
-                label = re.split(r"[\]|]", strip_prefixes(desc)[2])[-1].strip()
-                self.progress = Progress(
-                    label=label,
-                    percent=_int(groups[0]) if len(groups) > 0 else None,
-                    done=_int(groups[1]) if len(groups) > 1 else None,
-                    total=_int(groups[2]) if len(groups) > 2 else None,
-                )
-                self._progress_phase = self.phase_label
+        assert pp is not None
+        req = self._progress_literals
+        if req is not None:
+            literals, folded = req
+            text = line.lower() if folded else line
+            if not any(map(text.__contains__, literals)):
+                return
+        m = pp.search(line)
+        if m:
+            groups = m.groups()
+            desc = line[: m.start(1)].rsplit(":", 1)[0]
+            label = re.split(r"[\]|]", strip_prefixes(desc)[2])[-1].strip()
+            self.progress = Progress(
+                label=label,
+                percent=_int(groups[0]) if len(groups) > 0 else None,
+                done=_int(groups[1]) if len(groups) > 1 else None,
+                total=_int(groups[2]) if len(groups) > 2 else None,
+            )
+            self._progress_phase = self.phase_label
 
     def status(self, now: float) -> str:
         """One line for a live status display, e.g. "loading weights 75% (48/64 shards)"."""
