@@ -184,7 +184,7 @@ class SGLangServer:
             self._watcher.feed(self._tail.flush(), now)
             return self._died("server died during the session", code)
         if self._crash_pending() and not self._healthy():
-            error = self._died("server failed during the session: it logged a crash and stopped answering", None)
+            error = self._died("server died during the session: it logged a crash and stopped answering", None)
             self._process.stop(grace=FAILURE_GRACE_SECONDS)
             return error
         return None
