@@ -479,6 +479,11 @@ _STRONG_LAST = re.compile(
 )
 _NOT_EXC = frozenset({"None", "True", "False", "Note", "Example", "Usage", "Hint", "Warning"})
 _ARGPARSE = re.compile(r"^(?P<prog>[\w.\-/]+(?: [\w.\-]+){0,3}): error: (?P<msg>\S.*)$")
+# click/typer (transformers serve, sglang's newer CLIs): a usage error is "Error: <one of click's messages>".
+_CLICK_USAGE = re.compile(
+    r"^Error: (?:No such (?:option|command)|Missing (?:argument|option|parameter)|Invalid value|"
+    r"Got unexpected extra argument|Option '[^']+' requires)"
+)
 _EXCEPTION_IGNORED = re.compile(r"^\s*Exception ignored (?:in|on)\b")
 _CONSEQUENCE = re.compile(r"(?i)\b(?:see|check)\b[^.]{0,40}\babove\b")
 _TQDM = re.compile(r"\d+%\|| Completed \| \d+/\d+|\d+(?:\.\d+)?(?:it|s)/s\]")
@@ -628,7 +633,7 @@ class RootCauseExtractor:
         # containing none of these literals (each rule's regex needs one of them) changes nothing but the
         # owner and the previous-line table: `_skip` does just that. None: a rule without known literals.
         self.needles = _needles(
-            [re.escape(_TB_HEADER), _FRAME, _CHAIN, _STRONG_LAST, _ARGPARSE, _EXCEPTION_IGNORED,
+            [re.escape(_TB_HEADER), _FRAME, _CHAIN, _STRONG_LAST, _ARGPARSE, _CLICK_USAGE, _EXCEPTION_IGNORED,
              *self.fatal_markers]
         )
         self._grouped_needles = _grouped(self.needles) if self.needles is not None else None
@@ -842,7 +847,7 @@ class RootCauseExtractor:
                     self._retract(cause)
             return evident
 
-        m = _ARGPARSE.match(stripped)
+        m = _ARGPARSE.match(stripped) or _CLICK_USAGE.match(stripped)
         if m and not body[:1].isspace():
             self._add_cause(stripped, key, _TIER_ARGPARSE)
             return True

@@ -399,3 +399,18 @@ def test_ansi_colours_in_lines_given_directly() -> None:
         '  File "/a.py", line 1, in f',
         "    x = d[k]",
     ]
+
+
+def test_click_usage_error_is_the_root_cause() -> None:
+    # transformers serve (typer/click) on the H200, launched with a flag it does not know: exit 2, no traceback.
+    log = [
+        "Usage: python -m transformers.cli.transformers serve [OPTIONS] [FORCE_MODEL]",
+        "Try 'python -m transformers.cli.transformers serve --help' for help.",
+        "",
+        "Error: No such option '--tp'.",
+        "",
+        "Available options for 'python -m transformers.cli.transformers serve':",
+        "  --port INTEGER  Port to bind the server to.  [default: 8000]",
+    ]
+    assert extract_root_causes(log) == ["Error: No such option '--tp'."]
+    assert extract_root_causes(["Error: something benign happened"]) == []
