@@ -42,7 +42,8 @@ class ServerProcess:
         self.log_path = log_path
         self.token = uuid.uuid4().hex
         log_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(log_path, "ab") as log:
+        # Truncate: a previous run's log in a reused --sglang-log-dir holds a ready line of its own.
+        with open(log_path, "wb") as log:
             self.popen = subprocess.Popen(
                 self.argv,
                 stdin=subprocess.DEVNULL,

@@ -32,7 +32,7 @@ POLL_SECONDS = 0.02  # log and process poll: the ready-to-return lag is at most 
 NO_PATTERN_HEALTH_SECONDS = 0.25  # health poll when the kind has no ready line to wait for
 CRASH_SETTLE_SECONDS = 1.0  # after a traceback ends, let chained exceptions and other ranks' copies arrive
 DYING_WAIT_SECONDS = 10.0  # after a crash is logged mid-session, how long a still-answering server may take to die
-USAGE_EXIT_WAIT_SECONDS = 15.0
+USAGE_EXIT_WAIT_SECONDS = 15.0  # a usage error is followed by exit 2, but torch-heavy imports exit slowly
 _USAGE_ERROR = re.compile(r"^(?:(?![\w.]*(?:Error|Exception): )[\w.\-/]+(?: [\w.\-]+){0,3}: error: |Error: )")
 STATUS_EVERY_SECONDS = 30.0
 FAILURE_GRACE_SECONDS = 0.5  # a server that failed to start gets little politeness: the error must not wait
@@ -84,7 +84,7 @@ def plan_launch(
             template = _drop_flag(template, kind.model_flag)
         else:
             _check_model_path(profile)
-    argv = [part.format(**values) for part in template]
+    argv = [_substitute(part, values) for part in template]
     env = {**os.environ, **profile.env}
     if sim:
         env[SIM_ENV] = json.dumps(dict(profile.sim))
@@ -359,6 +359,13 @@ def _exit_hints(code: int) -> list[str]:
         return ["SIGKILL: SGLang kills its own tree after a child fails (see the root cause), "
                 "or the OS OOM killer did (`dmesg -T | grep -i oom`)"]
     return []
+
+
+def _substitute(part: str, values: dict[str, str]) -> str:
+    """Fill {python} {model} {host} {port}; any other brace (a JSON flag value) is left as written."""
+    for name, value in values.items():
+        part = part.replace("{" + name + "}", value)
+    return part
 
 
 def _drop_flag(template: tuple[str, ...], flag: str | None) -> tuple[str, ...]:

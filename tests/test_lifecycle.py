@@ -286,3 +286,16 @@ def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def test_json_flag_values_and_a_reused_log_dir(pytester: pytest.Pytester, mark: str) -> None:
+    """Braces in args reach the server as written; a previous run's log (with its ready line) is not read."""
+    body = 'args = ["--json-model-override-args", \'{"rope_scaling": {"factor": 2}}\']'
+    project(pytester, profile_toml("p", mark, body, 'startup_seconds = 2.0, fault = "hang"') + "startup_timeout = 3\n")
+    logs = pytester.path / "logs"
+    logs.mkdir()
+    (logs / "p.log").write_text("[2026-01-01 00:00:00] The server is fired up and ready to roll!\n")
+    result = run(pytester, "--sglang-profile=p", "--sglang-sim", f"--sglang-log-dir={logs}")
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(["*not ready within its startup timeout of 3 s*",
+                                 '*--json-model-override-args {"rope_scaling": {"factor": 2}}*'])
