@@ -193,6 +193,13 @@ class SGLangSession:
                 health_path=(profile.health_path if profile and profile.health_path else "/health"),
             )
         assert profile is not None
+        workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+        if workers > 1 and not self.sim:
+            raise PluginError(
+                f"pytest-xdist runs {workers} workers and each would launch its own {profile.kind} server for "
+                f"profile {profile.name!r} (on a GPU box: {workers} copies of the model). Run the server tests "
+                f"with -n 0, or start the server once and pass --sglang-url=URL to every worker."
+            )
         plan = plan_launch(profile, sim=self.sim, log_dir=self.log_dir(), startup_timeout=self.startup_timeout)
         if self.reuse:
             from pytest_sglang.reuse import ReuseStore

@@ -299,3 +299,14 @@ def test_json_flag_values_and_a_reused_log_dir(pytester: pytest.Pytester, mark: 
     result.assert_outcomes(errors=1)
     result.stdout.fnmatch_lines(["*not ready within its startup timeout of 3 s*",
                                  '*--json-model-override-args {"rope_scaling": {"factor": 2}}*'])
+
+
+def test_xdist_workers_do_not_each_launch_a_gpu_server(
+    pytester: pytest.Pytester, mark: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    project(pytester, profile_toml("p", mark))
+    monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", "4")
+    result = run(pytester, "--sglang-profile=p")
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(["*pytest-xdist runs 4 workers and each would launch its own sglang server*",
+                                 "*-n 0, or start the server once and pass --sglang-url=URL*"])
