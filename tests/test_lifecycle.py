@@ -97,7 +97,9 @@ def test_malformed_toml_names_file_and_line(pytester: pytest.Pytester) -> None:
 def test_startup_failures_error_every_test_with_the_root_cause(
     pytester: pytest.Pytester, mark: str, fault: str, expected: list[str]
 ) -> None:
-    toml = profile_toml("p", mark, "startup_timeout = 4", f'startup_seconds = 2.0, fault = "{fault}"')
+    # Every failure path must also kill children that left the group and ignore SIGTERM.
+    toml = profile_toml("p", mark, 'startup_timeout = 4\nargs = ["--tp", "2"]',
+                        f'startup_seconds = 2.0, fault = "{fault}", ignore_sigterm = true')
     project(pytester, toml, READY_TEST + "\ndef test_second(sglang_server):\n    pass\n")
     result = run(pytester, "--sglang-profile=p", "--sglang-sim")
     result.assert_outcomes(errors=2)
@@ -200,13 +202,14 @@ def _start_pytest(pytester: pytest.Pytester, *args: str) -> subprocess.Popen[str
 
 def _wait_for_server_processes(mark: str, timeout: float = 30.0) -> None:
     deadline = time.monotonic() + timeout
-    while len(marked_processes(mark)) < 2:
+    while len(marked_processes(mark)) < 4:  # launcher, two ranks (escaped: setsid), detokenizer
         assert time.monotonic() < deadline, "the server never started"
         time.sleep(0.1)
 
 
 def test_ctrl_c_during_a_long_startup_leaves_nothing(pytester: pytest.Pytester, mark: str) -> None:
-    project(pytester, profile_toml("p", mark, sim="startup_seconds = 600"))
+    project(pytester, profile_toml("p", mark, 'args = ["--tp", "2"]',
+                                   sim="startup_seconds = 600, ignore_sigterm = true"))
     proc = _start_pytest(pytester, "--sglang-profile=p", "--sglang-sim")
     _wait_for_server_processes(mark)
     proc.send_signal(signal.SIGINT)
@@ -217,7 +220,8 @@ def test_ctrl_c_during_a_long_startup_leaves_nothing(pytester: pytest.Pytester, 
 
 
 def test_pytest_killed_outright_still_leaves_nothing(pytester: pytest.Pytester, mark: str) -> None:
-    project(pytester, profile_toml("p", mark, sim="startup_seconds = 600"))
+    project(pytester, profile_toml("p", mark, 'args = ["--tp", "2"]',
+                                   sim="startup_seconds = 600, ignore_sigterm = true"))
     proc = _start_pytest(pytester, "--sglang-profile=p", "--sglang-sim")
     _wait_for_server_processes(mark)
     proc.send_signal(signal.SIGKILL)
