@@ -92,6 +92,7 @@ VLLM = Kind(
         re.compile(r"EngineCore failed to start|Engine core initialization failed"),
         re.compile(r"Worker failed with error|WorkerProc failed to start|WorkerProc hit an exception"),
         re.compile(r"EngineCore encountered a fatal error|Exception in worker \S+ while processing method"),
+        re.compile(r"EngineDeadError|AsyncLLM output_handler failed"),
     ),
     progress_pattern=_SHARD_PROGRESS,
 )

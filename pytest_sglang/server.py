@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
+import psutil
 import requests
 
 from pytest_sglang.errors import (
@@ -171,6 +172,14 @@ class SGLangServer:
 
     def _find_death(self) -> ServerDiedError | None:
         if self._process is None or self._tail is None or self._watcher is None:
+            if self.reused_pid is not None:  # its pid says as much as /health, which costs SGLang ~1 s a call
+                if psutil.pid_exists(self.reused_pid):
+                    return None
+                return ServerDiedError(
+                    f"reused server (pid {self.reused_pid}) is gone", profile=self.profile,
+                    log_path=self.log_path, diagnosis=Diagnosis(),
+                    hints=["run again: --sglang-reuse launches a fresh server when the kept one is gone"],
+                )
             if self.health_path and not health_ok(self.url(self.health_path), self.headers, timeout=5.0):
                 return ServerDiedError(
                     f"server at {self.base_url} no longer answers {self.health_path}",
