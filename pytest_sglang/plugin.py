@@ -236,8 +236,13 @@ class SGLangSession:
             pytest.fail(str(died), pytrace=False)
         try:
             return (yield)
-        except (requests.ConnectionError, requests.exceptions.ChunkedEncodingError, ConnectionError) as exc:
-            # A request that broke mid-test is usually the crash itself: report the crash, not the socket.
+        except Exception as exc:
+            # A request that broke mid-test (a reset socket, vLLM's 500 as its engine dies) is usually the crash
+            # itself: report the crash, not the symptom. Other failures pass through untouched.
+            broken_request = isinstance(exc, (requests.ConnectionError, requests.exceptions.ChunkedEncodingError,
+                                              ConnectionError))
+            if not (broken_request or server.has_logged_crash()):
+                raise
             died = _death_of(server, wait=5.0)
             if died is None:
                 raise

@@ -150,7 +150,7 @@ class SGLangServer:
         then, that crash is taken as survived and costs no further wait."""
         if self._death is not None:
             raise self._death
-        if self._crash_pending():
+        if self.has_logged_crash():
             wait = max(wait, DYING_WAIT_SECONDS)
         deadline = time.monotonic() + wait
         while True:
@@ -163,7 +163,8 @@ class SGLangServer:
                 return
             time.sleep(0.1)
 
-    def _crash_pending(self) -> bool:
+    def has_logged_crash(self) -> bool:
+        """Whether the log shows a crash since ready that the server has not (yet) been seen to survive."""
         if self._watcher is None or self._tail is None:
             return False
         self._watcher.feed(self._tail.read_lines(), time.monotonic())
@@ -192,7 +193,7 @@ class SGLangServer:
         if code is not None:
             self._watcher.feed(self._tail.flush(), now)
             return self._died("server died during the session", code)
-        if self._crash_pending() and not self._healthy():
+        if self.has_logged_crash() and not self._healthy():
             error = self._died("server died during the session: it logged a crash and stopped answering", None)
             self._process.stop(grace=FAILURE_GRACE_SECONDS)
             return error
