@@ -26,6 +26,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from helpers import marked_processes  # tests/ is on sys.path: tests/conftest.py sits there
 
 HERE = Path(__file__).resolve().parent
 STUB_DIR = HERE / "sgl_kernel_stub"
@@ -95,18 +96,6 @@ def profile_toml(name: str, kind: str, *, python: str, model: Path, mark: str, e
     }
     lines = [f"[profiles.{name}]"] + [f"{k} = {_toml(v)}" for k, v in table.items()] + [f"env = {_toml(env)}"]
     return "\n".join(lines) + "\n"
-
-
-def marked_processes(mark: str) -> list[psutil.Process]:
-    """Live processes whose environment carries TEST_MARK=mark: every server process inherits it."""
-    found = []
-    for proc in psutil.process_iter():
-        try:
-            if proc.environ().get("TEST_MARK") == mark and proc.status() != psutil.STATUS_ZOMBIE:
-                found.append(proc)
-        except psutil.Error:
-            continue
-    return found
 
 
 def describe(procs: Sequence[psutil.Process]) -> list[str]:
