@@ -28,6 +28,7 @@ import argparse
 import json
 import os
 import platform
+import resource
 import statistics
 import subprocess
 import sys
@@ -38,8 +39,10 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "tests"))  # helpers.py, which realservers.py imports
 sys.path.insert(0, str(REPO / "tests" / "integration"))
 
+import psutil  # noqa: E402
 from realservers import SERVER_ARGS, STUB_DIR, TINY_MODEL  # noqa: E402
 
 from pytest_sglang.bench import run_bench  # noqa: E402
@@ -104,6 +107,24 @@ def peer(server: SGLangServer, python: str, model: Path, w: dict[str, int], seed
                                      "total_output_tokens", "total_input_tokens", "completed", "duration")}
 
 
+def pin(server: SGLangServer) -> None:
+    """Server tree on CPU 0; this process (ours) and the peer subprocesses it starts on CPU 1."""
+    assert server.pid is not None
+    root = psutil.Process(server.pid)
+    for proc in [root, *root.children(recursive=True)]:
+        proc.cpu_affinity([0])
+    os.sched_setaffinity(0, {1})
+    print("pinned: server on CPU 0, clients on CPU 1", flush=True)
+
+
+def client_cpu() -> float:
+    """CPU seconds used so far by this process (ours) and its finished children (the peer client, whose
+    figure so includes its interpreter start and imports)."""
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
 def spread(values: list[float]) -> float:
     med = statistics.median(values)
     return (max(values) - min(values)) / med if med else float("nan")
@@ -132,6 +153,9 @@ def main() -> int:
     ap.add_argument("--input-len", type=int, default=32)
     ap.add_argument("--output-len", type=int, default=64)
     ap.add_argument("--json-out", type=Path, default=None)
+    ap.add_argument("--pin", action="store_true",
+                    help="server processes on CPU 0, both clients on CPU 1: a client's own CPU work can then no "
+                         "longer slow the server it measures")
     args = ap.parse_args()
     w = {"n": args.num_prompts, "c": args.concurrency, "input_len": args.input_len, "output_len": args.output_len}
     workdir = Path(tempfile.mkdtemp(prefix="vs-peer-"))
@@ -142,30 +166,35 @@ def main() -> int:
     peer_name = "vllm bench serve" if args.server == "vllm" else "sglang.bench_serving"
     print(f"machine: {machine()}\nworkload: {w}, ignore_eos, random token ids; peer: {peer_name}", flush=True)
     server = launch(args.server, args.python, model, workdir)
+    if args.pin:
+        pin(server)
     rows: list[dict[str, Any]] = []
     try:
         print(f"ready in {server.startup_seconds:.1f} s; warm-up round (not counted)", flush=True)
         ours(server, w, seed=10_000)
         peer(server, args.python, model, w, seed=10_000, workdir=workdir)
         header = f"{'round':>5} {'client':<22} {'out tok/s':>10} {'TTFT p50 ms':>12} {'ITL p50 ms':>11} " \
-                 f"{'out tokens':>10} {'load1':>6}"
+                 f"{'out tokens':>10} {'load1':>6} {'client CPU s':>12}"
         print(header, flush=True)
         for r in range(args.rounds):
             order = ("ours", "peer") if r % 2 == 0 else ("peer", "ours")
             for who in order:
                 load = os.getloadavg()[0]
-                t0 = time.monotonic()
+                t0, cpu0 = time.monotonic(), client_cpu()
                 fig = ours(server, w, seed=r) if who == "ours" else peer(server, args.python, model, w, seed=r,
                                                                           workdir=workdir)
-                fig.update(round=r + 1, client=who, load1=load, wall=time.monotonic() - t0)
+                fig.update(round=r + 1, client=who, load1=load, wall=time.monotonic() - t0,
+                           client_cpu_s=client_cpu() - cpu0)
                 rows.append(fig)
                 name = "sglang_bench (ours)" if who == "ours" else peer_name
                 print(f"{r + 1:>5} {name:<22} {fig['output_throughput']:>10.1f} {fig['median_ttft_ms']:>12.1f} "
-                      f"{fig['median_itl_ms']:>11.2f} {fig['total_output_tokens']:>10} {load:>6.2f}", flush=True)
+                      f"{fig['median_itl_ms']:>11.2f} {fig['total_output_tokens']:>10} {load:>6.2f} "
+                      f"{fig['client_cpu_s']:>12.2f}", flush=True)
     finally:
         server.stop()
     summary: dict[str, Any] = {"machine": machine(), "server": args.server, "peer": peer_name, "workload": w,
-                               "rounds": args.rounds, "startup_seconds": server.startup_seconds}
+                               "rounds": args.rounds, "startup_seconds": server.startup_seconds,
+                               "pinned": args.pin}
     print()
     for metric in METRICS:
         a = [x[metric] for x in rows if x["client"] == "ours"]
