@@ -91,6 +91,9 @@ def peer(server: SGLangServer, python: str, model: Path, w: dict[str, int], seed
         cmd = [python, "-c", VLLM_BENCH, "--backend", "openai", "--base-url", server.base_url,
                "--endpoint", "/v1/completions", "--model", str(model), "--tokenizer", str(model),
                "--dataset-name", "random", *common_len, "--ignore-eos", "--num-warmups", "0",
+               # vllm bench serve samples at the server's default temperature unless told (its own warning says
+               # so); greedy, as ours and sglang.bench_serving send, or the two workloads differ.
+               "--temperature", "0",
                "--save-result", "--result-dir", str(workdir), "--result-filename", out.name]
     else:
         cmd = [python, "-m", "sglang.bench_serving", "--backend", "sglang", "--base-url", server.base_url,
