@@ -85,6 +85,7 @@ class ServerError(PluginError):
         diagnosis: Diagnosis,
         elapsed: float | None = None,
         hints: Sequence[str] = (),
+        command: Sequence[str] | None = None,
     ) -> None:
         self.headline = headline
         self.profile = profile
@@ -92,6 +93,7 @@ class ServerError(PluginError):
         self.diagnosis = diagnosis
         self.elapsed = elapsed
         self.hints = list(hints)
+        self.command = list(command) if command else None
         super().__init__(self.render())
 
     def render(self) -> str:
@@ -120,6 +122,8 @@ class ServerError(PluginError):
             parts.append("")
         if self.log_path is not None:
             parts.append(f"Full log: {self.log_path}")
+        if self.command:
+            parts.append(f"Command: {' '.join(self.command)}")
         for hint in self.hints:
             parts.append(f"Try: {hint}")
         return redact("\n".join(parts))

@@ -20,7 +20,6 @@ from pytest_sglang.errors import (
     ProfileError,
     ServerDiedError,
     ServerStartupError,
-    redact,
     register_env_secrets,
     register_secret,
 )
@@ -279,7 +278,8 @@ def wait_until_ready(
             log_path=plan.log_path,
             diagnosis=watcher.diagnosis(exit_code=code),
             elapsed=time.monotonic() - started,
-            hints=hints + [f"the launch command was: {redact(' '.join(plan.argv))}"],
+            hints=hints,
+            command=plan.argv,
         )
 
     while True:
