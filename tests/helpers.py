@@ -50,3 +50,16 @@ def profile_toml(name: str, mark: str, body: str = "", sim: str = "startup_secon
         f'[tool.pytest_sglang.profiles.{name}]\nmodel = "/models/sim-model"\n{body}\n'
         f'env = {{ TEST_MARK = "{mark}" }}\nsim = {{ {sim} }}\n'
     )
+
+
+def reap_marked(mark: str, timeout: float = 15.0) -> list[str]:
+    """Wait up to `timeout` for the marked processes to go; SIGKILL those still there and describe them."""
+    left = wait_for_no_processes(mark, timeout)
+    names = []
+    for proc in left:
+        try:
+            names.append(f"{proc.pid} {proc.name()} {' '.join(proc.cmdline())[:120]}")
+            proc.kill()
+        except psutil.Error:
+            names.append(str(proc.pid))
+    return names

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -24,9 +23,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import psutil
 import pytest
-from helpers import marked_processes  # tests/ is on sys.path: tests/conftest.py sits there
+from helpers import reap_marked  # tests/ is on sys.path: tests/conftest.py sits there
 
 HERE = Path(__file__).resolve().parent
 STUB_DIR = HERE / "sgl_kernel_stub"
@@ -98,31 +96,9 @@ def profile_toml(name: str, kind: str, *, python: str, model: Path, mark: str, e
     return "\n".join(lines) + "\n"
 
 
-def describe(procs: Sequence[psutil.Process]) -> list[str]:
-    out = []
-    for p in procs:
-        try:
-            out.append(f"{p.pid} {p.name()} {' '.join(p.cmdline())[:120]}")
-        except psutil.Error:
-            out.append(str(p.pid))
-    return out
-
-
 def reap(mark: str, timeout: float = 20.0) -> list[str]:
     """Wait for the marked processes to go; kill and name the ones still there after `timeout`."""
-    deadline = time.monotonic() + timeout
-    while True:
-        left = marked_processes(mark)
-        if not left or time.monotonic() > deadline:
-            break
-        time.sleep(0.25)
-    names = describe(left)
-    for proc in left:
-        try:
-            proc.send_signal(signal.SIGKILL)
-        except psutil.Error:
-            pass
-    return names
+    return reap_marked(mark, timeout)
 
 
 @dataclass
