@@ -369,10 +369,12 @@ async def _stream(pool: ConnectionPool, api: Api, body: Mapping[str, Any], path:
                   result: StreamResult, state: dict[str, Any]) -> None:
     parser = _EventParser(api, result)
     raw = pool.request_bytes(path or API_PATHS[api], json.dumps(body).encode())
+    # As sglang.bench_serving and vllm bench serve do: the clock starts before the connection is taken, so a
+    # new connection's set-up counts towards TTFT and latency.
+    result.start = time.perf_counter()
     for attempt in (0, 1):
         conn, was_idle = await pool.acquire()
         state["conn"] = conn
-        result.start = time.perf_counter()
         conn.writer.write(raw)
         try:
             await conn.writer.drain()
