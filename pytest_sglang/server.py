@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import sys
 import time
 from collections.abc import Callable
@@ -33,7 +32,6 @@ NO_PATTERN_HEALTH_SECONDS = 0.25  # health poll when the kind has no ready line 
 CRASH_SETTLE_SECONDS = 1.0  # after a traceback ends, let chained exceptions and other ranks' copies arrive
 DYING_WAIT_SECONDS = 10.0  # after a crash is logged mid-session, how long a still-answering server may take to die
 USAGE_EXIT_WAIT_SECONDS = 15.0  # a usage error is followed by exit 2, but torch-heavy imports exit slowly
-_USAGE_ERROR = re.compile(r"^(?:(?![\w.]*(?:Error|Exception): )[\w.\-/]+(?: [\w.\-]+){0,3}: error: |Error: )")
 STATUS_EVERY_SECONDS = 30.0
 FAILURE_GRACE_SECONDS = 0.5  # a server that failed to start gets little politeness: the error must not wait
 SIM_ENV = "PYTEST_SGLANG_SIM"
@@ -324,8 +322,7 @@ def _settle_seconds(watcher: LogWatcher) -> float:
 
     A usage error (argparse's `prog: error: ...`, click's `Error: ...`) always ends in exit code 2, but a
     process with torch loaded can take seconds to exit: wait for that exit, so the error says "exit code 2"."""
-    causes = watcher.root_causes()
-    if causes and all(_USAGE_ERROR.match(cause) for cause in causes):
+    if watcher.failure_is_usage_error:
         return USAGE_EXIT_WAIT_SECONDS
     return CRASH_SETTLE_SECONDS
 

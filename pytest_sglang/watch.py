@@ -672,6 +672,11 @@ class RootCauseExtractor:
         return bool(self._causes)
 
     @property
+    def only_usage_errors(self) -> bool:
+        """Every cause is a command-line usage error (argparse, click): the process will exit with code 2."""
+        return bool(self._causes) and all(c.tier == _TIER_ARGPARSE for c in self._causes.values())
+
+    @property
     def idle(self) -> bool:
         """No traceback, orphan exception line, chain marker or reversed block is open for any source."""
         return not (self._open or self._reversed or self._orphan or self._chain)
@@ -1082,6 +1087,10 @@ class LogWatcher:
 
     def root_causes(self) -> list[str]:
         return self._extractor.root_causes()
+
+    @property
+    def failure_is_usage_error(self) -> bool:
+        return self._extractor.only_usage_errors
 
     def diagnosis(self, exit_code: int | None = None) -> Diagnosis:
         return Diagnosis(
