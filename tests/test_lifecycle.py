@@ -200,6 +200,15 @@ def _start_pytest(pytester: pytest.Pytester, *args: str) -> subprocess.Popen[str
     )
 
 
+def _pytest_during_a_long_startup(pytester: pytest.Pytester, mark: str) -> subprocess.Popen[str]:
+    """A pytest run whose server (tp 2, children setsid'd and deaf to SIGTERM) is mid-way through a 600 s start."""
+    project(pytester, profile_toml("p", mark, 'args = ["--tp", "2"]',
+                                   sim="startup_seconds = 600, ignore_sigterm = true"))
+    proc = _start_pytest(pytester, "--sglang-profile=p", "--sglang-sim")
+    _wait_for_server_processes(mark)
+    return proc
+
+
 def _wait_for_server_processes(mark: str, timeout: float = 30.0) -> None:
     deadline = time.monotonic() + timeout
     while len(marked_processes(mark)) < 4:  # launcher, two ranks (escaped: setsid), detokenizer
@@ -208,10 +217,7 @@ def _wait_for_server_processes(mark: str, timeout: float = 30.0) -> None:
 
 
 def test_ctrl_c_during_a_long_startup_leaves_nothing(pytester: pytest.Pytester, mark: str) -> None:
-    project(pytester, profile_toml("p", mark, 'args = ["--tp", "2"]',
-                                   sim="startup_seconds = 600, ignore_sigterm = true"))
-    proc = _start_pytest(pytester, "--sglang-profile=p", "--sglang-sim")
-    _wait_for_server_processes(mark)
+    proc = _pytest_during_a_long_startup(pytester, mark)
     proc.send_signal(signal.SIGINT)
     out, _ = proc.communicate(timeout=60)
     assert proc.returncode == pytest.ExitCode.INTERRUPTED, out
@@ -220,10 +226,7 @@ def test_ctrl_c_during_a_long_startup_leaves_nothing(pytester: pytest.Pytester, 
 
 
 def test_pytest_killed_outright_still_leaves_nothing(pytester: pytest.Pytester, mark: str) -> None:
-    project(pytester, profile_toml("p", mark, 'args = ["--tp", "2"]',
-                                   sim="startup_seconds = 600, ignore_sigterm = true"))
-    proc = _start_pytest(pytester, "--sglang-profile=p", "--sglang-sim")
-    _wait_for_server_processes(mark)
+    proc = _pytest_during_a_long_startup(pytester, mark)
     proc.send_signal(signal.SIGKILL)
     proc.communicate(timeout=30)
     assert not wait_for_no_processes(mark, timeout=15), "the reaper did not clean up after a killed pytest"
