@@ -3,20 +3,30 @@
 from pytest_sglang.errors import (
     BaselineError,
     BenchmarkError,
+    BenchmarkFailedError,
     PluginError,
     PortInUseError,
+    ProfileComparisonError,
     ProfileError,
+    ResultNotFoundError,
     ServerDiedError,
+    ServerError,
+    ServerRequestError,
     ServerStartupError,
 )
 
 __all__ = [
     "BaselineError",
     "BenchmarkError",
+    "BenchmarkFailedError",
     "PluginError",
     "PortInUseError",
+    "ProfileComparisonError",
     "ProfileError",
+    "ResultNotFoundError",
     "ServerDiedError",
+    "ServerError",
+    "ServerRequestError",
     "ServerStartupError",
 ]
 __version__ = "0.1.0"

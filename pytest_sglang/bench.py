@@ -42,7 +42,7 @@ from pytest_sglang.client import (
     build_payload,
     stream_request,
 )
-from pytest_sglang.errors import BenchmarkError
+from pytest_sglang.errors import BenchmarkError, BenchmarkFailedError
 
 T = TypeVar("T")
 
@@ -80,14 +80,6 @@ class _Url:
 
     def check_alive(self) -> None:
         return None
-
-
-class BenchmarkFailedError(BenchmarkError):
-    """Some requests failed. ``.result`` holds the figures of the requests that did complete."""
-
-    def __init__(self, message: str, result: BenchResult | None) -> None:
-        super().__init__(message)
-        self.result = result
 
 
 @dataclass

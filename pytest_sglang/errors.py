@@ -6,6 +6,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 _SECRETS: set[str] = set()
 SECRET_NAME = re.compile(r"TOKEN|API_KEY|SECRET|PASSWORD", re.IGNORECASE)
@@ -45,8 +46,36 @@ class BenchmarkError(PluginError):
     """A benchmark could not run, or some of its requests failed."""
 
 
+class BenchmarkFailedError(BenchmarkError):
+    """Some benchmark requests failed; ``result`` holds the figures of the run anyway (or None)."""
+
+    def __init__(self, message: str, result: Any = None) -> None:
+        super().__init__(message)
+        self.result = result
+
+
+class ServerRequestError(BenchmarkError):
+    """A request to the server was answered with an error status, or with a body that is not what the API
+    promises; ``status`` is the HTTP status (None when there was no HTTP answer)."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
 class BaselineError(PluginError):
-    """The baseline file cannot be read or written."""
+    """The baseline file cannot be read or written, or a check was asked for wrongly."""
+
+
+class ResultNotFoundError(PluginError, KeyError):
+    """No benchmark result was recorded for that profile and test in this session."""
+
+    def __str__(self) -> str:  # KeyError would show the message quoted
+        return str(self.args[0]) if self.args else ""
+
+
+class ProfileComparisonError(PluginError, AssertionError):
+    """One profile did not beat another by the margin asked for."""
 
 
 @dataclass

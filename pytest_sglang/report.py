@@ -18,6 +18,7 @@ from typing import Any
 
 from pytest_sglang.baseline import Comparison, Machine, Tolerance, direction, fmt_value
 from pytest_sglang.bench import BenchResult
+from pytest_sglang.errors import ProfileComparisonError
 
 SCHEMA = "pytest-sglang-report"
 SCHEMA_VERSION = 1
@@ -47,10 +48,6 @@ class ServerEntry:
     phases: dict[str, float] = field(default_factory=dict)
     log_path: str | None = None
     error: str | None = None
-
-
-class ProfileComparisonError(AssertionError):
-    """One profile did not beat another by the margin asked for."""
 
 
 class SessionResults:
