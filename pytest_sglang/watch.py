@@ -949,8 +949,11 @@ class LogWatcher:
     LAST_LINES = 30
     SILENCE_NOTE_S = 60.0
 
-    def __init__(self, kind: Kind, *, ready_pattern: str | None = None, started_at: float) -> None:
+    def __init__(
+        self, kind: Kind, *, ready_pattern: str | None = None, started_at: float, tail: LogTail | None = None
+    ) -> None:
         self.kind = kind
+        self.tail = tail  # where `poll` reads from
         pattern = ready_pattern if ready_pattern is not None else kind.ready_pattern
         self._ready_re = re.compile(pattern) if pattern else None
         self.started_at = started_at
@@ -984,6 +987,17 @@ class LogWatcher:
         if own is None:
             return None
         return _grouped(_minimal((*ex, *own)))
+
+    def poll(self, now: float, *, final: bool = False) -> None:
+        """Read whatever is new from `tail` and apply the rules. `final`: the writer has exited, so also
+        take everything left, the last line without a line break included."""
+        tail = self.tail
+        if tail is None:
+            raise ValueError("LogWatcher.poll needs a tail: LogWatcher(..., tail=LogTail(path))")
+        lines = tail.read_lines()
+        if final:
+            lines += tail.flush()
+        self.feed(lines, now)
 
     def feed(self, lines: Sequence[str], now: float) -> None:
         ex = self._extractor
