@@ -1,9 +1,9 @@
 """User-side helpers for benchmarking `transformers serve` with pytest-sglang's stock fixtures.
 
 `openai_strict`: transformers serve validates request bodies against the OpenAI schema and answers 422
-("Unexpected fields in the request: {'ignore_eos'}") for SGLang/vLLM extras. pytest_sglang.client.build_payload
+("Unexpected fields in the request: {'ignore_eos'}") for SGLang/vLLM extras. pytest_sglang.bench's build_payload
 always puts `ignore_eos` in an OpenAI body (True or False), and run_bench has no option to leave it out, so this
-fixture wraps the payload builder bench.py imported and drops that one field. The served model has no EOS token
+fixture wraps the payload builder the runner imports and drops that one field. The served model has no EOS token
 (make_model.py), so every request still generates exactly `output_len` tokens. A workaround on the test side,
 not a change to the plugin: see RESULTS.md for the patch proposed to bench.py's owner.
 
@@ -21,7 +21,7 @@ import pytest
 
 @pytest.fixture
 def openai_strict(monkeypatch: pytest.MonkeyPatch) -> None:
-    import pytest_sglang.bench as bench
+    import pytest_sglang.bench.runner as bench
 
     original = bench.build_payload
 

@@ -26,7 +26,7 @@ def free_port() -> int:
 
 @dataclass
 class SimServer:
-    """Quacks like sglang_server for bench.run_bench."""
+    """Quacks like sglang_server for run_bench (pytest_sglang.bench.runner.ServerLike)."""
 
     base_url: str
     proc: subprocess.Popen[bytes]
@@ -36,10 +36,6 @@ class SimServer:
     model: str | None = "sim-model"
     profile: str = "sim"
     startup_seconds: float = 0.0
-
-    def check_alive(self) -> None:
-        if self.proc.poll() is not None:
-            raise RuntimeError(f"simulator died with exit code {self.proc.returncode}")
 
 
 @contextmanager

@@ -1,8 +1,10 @@
-"""Baseline store and comparisons: every direction, tolerances, corrupt files, concurrent writers."""
+"""Baseline store and comparisons: every direction, tolerances, the one engine and its sign, profile comparisons,
+corrupt files, concurrent writers."""
 
 from __future__ import annotations
 
 import json
+import math
 import multiprocessing
 from datetime import datetime, timezone
 from pathlib import Path
@@ -14,10 +16,13 @@ from pytest_sglang.baseline import (
     Machine,
     Tolerance,
     compare,
+    compare_profiles,
     detect_machine,
     direction,
+    judge,
 )
-from pytest_sglang.errors import BaselineError
+from pytest_sglang.bench import BenchResult
+from pytest_sglang.errors import BaselineError, ProfileComparisonError
 
 M = Machine(name="8x NVIDIA RTX PRO 6000", driver="580.82", server="sglang 0.5.2")
 T = "tests/test_perf.py::test_tp"
@@ -89,6 +94,88 @@ def test_every_direction(tmp_path: Path, metric: str, base: float, now: float, t
         assert "regressed" in check.message and metric in check.message
     if status == "improved":
         assert any("--sglang-update-baseline" in n for n in comp.notes)
+
+
+@pytest.mark.parametrize(
+    ("metric", "reference", "current", "status", "change"),
+    [
+        ("startup_seconds", 100.0, 147.4, "regressed", 47.4),  # 47 % slower: the figure grew, the word says worse
+        ("output_throughput", 100.0, 94.0, "regressed", -6.0),  # 6 % lower: the figure fell, worse
+        ("median_ttft_ms", 40.0, 30.0, "improved", -25.0),  # latency down: the figure fell, better
+        ("output_throughput", 100.0, 110.0, "improved", 10.0),
+        ("output_throughput", 0.0, 5.0, "improved", math.inf),
+    ],
+)
+def test_change_pct_is_the_change_of_the_figure_itself(metric: str, reference: float, current: float,
+                                                       status: str, change: float) -> None:
+    j = judge(metric, current, reference, Tolerance(5.0, True))
+    assert j.status == status and j.failed == (status == "regressed")
+    assert j.change_pct == pytest.approx(change)
+    assert j.gain_pct == pytest.approx(change if direction(metric) == "higher" else -change)
+
+
+def test_baseline_check_signs_agree_with_the_figure(tmp_path: Path) -> None:
+    store = store_with(tmp_path, {"startup_seconds": 10.0, "median_ttft_ms": 40.0})
+    comp = compare({"startup_seconds": 14.74, "median_ttft_ms": 41.0}, {"startup_seconds": "20%",
+                   "median_ttft_ms": "10%"}, store=store, profile="eagle3", test_id=T, machine=M)
+    startup, ttft = comp.checks
+    assert startup.status == "regressed" and startup.change_pct == pytest.approx(47.4)
+    assert startup.message.startswith("startup_seconds regressed 47.4%: 14.7 s vs baseline 10.0 s")
+    assert ttft.status == "ok" and ttft.change_pct == pytest.approx(2.5)
+    assert ttft.message.startswith("median_ttft_ms +2.5% within tolerance: 41.0 ms vs baseline 40.0 ms")
+
+
+def test_margins_are_the_same_engine_in_the_other_direction() -> None:
+    # a margin is how much better the candidate must be; a tolerance how much worse it may be
+    assert judge("output_throughput", 105.0, 100.0, Tolerance(10.0, True), margin=True).failed
+    assert not judge("output_throughput", 110.0, 100.0, Tolerance(10.0, True), margin=True).failed
+    assert not judge("median_ttft_ms", 40.0, 40.0, Tolerance(0.0, True), margin=True).failed  # "0%": as good
+    assert judge("median_ttft_ms", 40.1, 40.0, Tolerance(0.0, True), margin=True).failed
+
+
+def _result(**figures: float | None) -> BenchResult:
+    r = BenchResult()
+    for name, value in figures.items():
+        setattr(r, name, value)
+    return r
+
+
+def test_compare_profiles_changes_gains_and_messages() -> None:
+    fast = _result(output_throughput=150.0, median_ttft_ms=30.0)
+    slow = _result(output_throughput=100.0, median_ttft_ms=40.0)
+    ok = compare_profiles("eagle3", fast, "base", slow, "test_x", {"output_throughput": "40%", "median_ttft_ms": 2})
+    assert not ok.failed
+    assert ok.changes == pytest.approx({"output_throughput": 50.0, "median_ttft_ms": -25.0})  # the figures' own
+    assert ok.gains == pytest.approx({"output_throughput": 50.0, "median_ttft_ms": 25.0})  # positive: eagle3 better
+    bad = compare_profiles("eagle3", fast, "base", slow, "test_x", {"output_throughput": "60%"})
+    assert bad.failed and bad.message == (
+        "eagle3 does not beat base on test_x:\n  output_throughput: eagle3 150.0 tok/s vs base 100.0 tok/s "
+        "(+50.0%, higher is better); needed a margin of 60%")
+    assert compare_profiles("a", fast, "b", slow, "t", {}).changes == pytest.approx({"output_throughput": 50.0})
+
+
+def test_compare_profiles_raises_nothing() -> None:
+    a, b = _result(output_throughput=1.0, accept_length=None), _result(output_throughput=1.0, accept_length=2.0)
+    out = compare_profiles("a", a, "b", b, "t", {"accept_length": "0%", "bogus": "5%",
+                                                 "output_throughput": "five"})
+    assert out.failed and out.changes == {}
+    lines = out.message.splitlines()[1:]
+    assert lines[0] == "  accept_length: a=None, b=2.0: cannot compare"
+    assert "no direction known for metric 'bogus'" in lines[1]
+    assert "tolerance for output_throughput must be like '5%'" in lines[2]
+
+
+def test_session_results_compare_keeps_its_return_meaning() -> None:
+    from pytest_sglang.session import SessionLedger
+
+    results = SessionLedger()
+    results.add_bench("eagle3", "t.py::test_x", "t.py::test_x[eagle3]", _result(median_ttft_ms=30.0))
+    results.add_bench("base", "t.py::test_x", "t.py::test_x[base]", _result(median_ttft_ms=40.0))
+    assert results.compare("eagle3", "base", "test_x", median_ttft_ms="10%") == pytest.approx(
+        {"median_ttft_ms": 25.0})  # positive: eagle3 is better
+    with pytest.raises(ProfileComparisonError, match=r"base does not beat eagle3 on test_x:\n  median_ttft_ms: "
+                       r"base 40\.0 ms vs eagle3 30\.0 ms \(\+33\.3%, lower is better\); needed a margin of 0%"):
+        results.compare("base", "eagle3", "test_x", median_ttft_ms="0%")
 
 
 def test_no_baseline_passes_with_a_note_unless_strict(tmp_path: Path) -> None:

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from pytest_sglang.bench import BenchmarkFailedError, expected_throughput, run_bench
-from pytest_sglang.client import Client
+from pytest_sglang.bench import expected_throughput, run_bench
+from pytest_sglang.bench.client import Client
+from pytest_sglang.errors import BenchmarkError, BenchmarkFailedError, ServerRequestError
 
 from .simproc import SimServer, run_sim
 
@@ -65,9 +67,44 @@ def test_failures_raise_and_are_reported(sim: SimServer) -> None:
 def test_connection_refused_is_a_failure_not_a_hang(tmp_path: Path) -> None:
     from .simproc import free_port
 
-    with pytest.raises(BenchmarkFailedError, match="ConnectionRefusedError|Connect"):
+    with pytest.raises(BenchmarkFailedError, match="ConnectionRefusedError|Connect") as info:
         run_bench(f"http://127.0.0.1:{free_port()}", api="generate", num_requests=2, input_len=4,
                   output_len=2, warmup=0)
+    assert info.value.result is not None and info.value.result.connection_errors == 2
+
+
+@dataclass
+class _Handle:
+    """A server handle with no liveness method at all: the runner must not reach back up into liveness."""
+
+    base_url: str
+    api_key: str | None = None
+    kind: str = "sglang"
+    model: str | None = "sim-model"
+
+
+def test_a_server_gone_mid_run_is_counted_not_diagnosed(tmp_path: Path) -> None:
+    with run_sim(tmp_path, {"decode_tok_s": 500.0, "ttft_ms": 5.0}) as server:
+        handle = _Handle(server.base_url)
+        assert run_bench(handle, num_requests=2, input_len=4, output_len=3, warmup=1).connection_errors == 0
+    with pytest.raises(BenchmarkFailedError, match="warmup requests") as info:  # the sim is gone now
+        run_bench(handle, num_requests=3, input_len=4, output_len=3, warmup=1)
+    result = info.value.result
+    assert result is not None and result.failed == 3 and result.connection_errors == 4  # warmup included
+    assert "connection_errors" not in result.to_dict()
+
+
+def test_client_error_answers_are_server_request_errors(sim: SimServer) -> None:
+    client = Client(sim.base_url)
+    with pytest.raises(ServerRequestError, match="answered 400") as info:
+        client.completions([1, 2, 3], max_tokens="lots")  # type: ignore[arg-type]
+    assert info.value.status == 400 and isinstance(info.value, BenchmarkError)
+    with pytest.raises(ServerRequestError) as info:
+        list(client.stream("completions", [1, 2], max_tokens="lots"))  # type: ignore[arg-type]
+    assert info.value.status == 400
+    with pytest.raises(ServerRequestError, match="GET .*/no/such/path answered 404") as info:
+        client._json(client.get("/no/such/path"))
+    assert info.value.status == 404
 
 
 def test_speculative_decoding_accept_length_and_chunked_tokens(tmp_path: Path) -> None:

@@ -1,4 +1,5 @@
-"""The metrics math, on hand-made request records: bench_serving's definitions, failures never hidden."""
+"""The metrics math, on hand-made request records: bench_serving's definitions, failures never hidden; payloads and
+bad arguments."""
 
 from __future__ import annotations
 
@@ -14,8 +15,11 @@ from pytest_sglang.bench import (
     make_prompts,
     percentile,
     record_from_stream,
+    run_bench,
 )
-from pytest_sglang.client import StreamResult, build_payload
+from pytest_sglang.bench.payloads import build_payload
+from pytest_sglang.bench.stream import ConnectionPool, StreamResult
+from pytest_sglang.errors import BenchmarkError
 
 
 def rec(start: float, ttft: float, gaps: list[float], out: int, *, ok: bool = True, inp: int = 10,
@@ -123,8 +127,26 @@ def test_payloads_per_api() -> None:
     path, body = build_payload("chat", prompt="hi", output_len=5, extra={"stream_options": {"x": 1}})
     assert body["messages"] == [{"role": "user", "content": "hi"}]
     assert body["stream_options"] == {"include_usage": True, "x": 1}
-    with pytest.raises(ValueError):
+
+
+def test_bad_arguments_are_benchmark_errors() -> None:
+    with pytest.raises(BenchmarkError, match="the chat API takes a text prompt"):
         build_payload("chat", prompt=[1], output_len=1)
+    with pytest.raises(BenchmarkError, match="unknown api 'grpc'"):
+        build_payload("grpc", prompt="hi", output_len=1)  # type: ignore[arg-type]
+    with pytest.raises(BenchmarkError, match="base_url must be http:// or https://"):
+        ConnectionPool("ftp://127.0.0.1:1")
+    with pytest.raises(BenchmarkError, match="base_url must be http:// or https://"):
+        run_bench("127.0.0.1:30000", num_requests=1, input_len=1, output_len=1, warmup=0)
+
+
+def test_connection_errors_are_counted_for_the_caller_and_kept_out_of_the_report() -> None:
+    broken = rec(0.0, 0.0, [], 0, ok=False, error="ConnectionResetError: reset", connection_error=True)
+    answered = rec(0.0, 0.0, [], 0, ok=False, status=500, error="boom")
+    r = compute_metrics([rec(0.0, 0.1, [0.1], 2), broken, answered])
+    assert r.connection_errors == 1 and r.failed == 2
+    assert "connection_errors" not in r.to_dict()  # docs/report-schema.md lists every field of "result"
+    assert r.to_dict(include_requests=True)["requests"][1]["connection_error"] is True
 
 
 def test_expected_throughput_of_an_exact_pacer() -> None:

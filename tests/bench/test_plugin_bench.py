@@ -102,3 +102,45 @@ def test_corrupt_baseline_fails_the_check_clearly(pytester: pytest.Pytester) -> 
     result.assert_outcomes(failed=2)
     result.stdout.fnmatch_lines(["*baseline file * is broken: invalid JSON at line 1*left as it is*"])
     assert (pytester.path / ".sglang-baselines.json").read_text() == '{"format": "pytest-sglang-baselines", '
+
+
+def test_change_pct_is_the_change_of_the_figure_in_the_summary_and_the_report(
+        pytester: pytest.Pytester, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A startup 2.7 s slower prints +NN.N% (regressed), not -NN.N%; a lower throughput a negative change_pct."""
+    monkeypatch.setenv("PYTEST_SGLANG_MACHINE", "test-machine")
+
+    def profile(startup_seconds: float, decode_tok_s: float) -> None:
+        pytester.makefile(".toml", pyproject=(
+            '[tool.pytest_sglang.profiles.p]\nmodel = "sim-model"\n'
+            f"sim = {{ startup_seconds = {startup_seconds}, decode_tok_s = {decode_tok_s}, ttft_ms = 10 }}\n"))
+
+    pytester.makepyfile(test_perf='''
+def test_throughput(sglang_server, sglang_bench, sglang_baseline):
+    r = sglang_bench(num_requests=4, concurrency=4, input_len=8, output_len=30, warmup=1)
+    sglang_baseline.check(r, output_throughput="5%")
+
+def test_startup(sglang_server, sglang_baseline):
+    sglang_baseline.check(sglang_server, startup_seconds="20%")
+''')
+
+    def run_p(*args: str) -> pytest.RunResult:
+        return pytester.runpytest_subprocess("-p", "no:cacheprovider", "--sglang-profile=p", "--sglang-sim", *args,
+                                             timeout=120)
+
+    profile(0.3, 100)
+    run_p("--sglang-update-baseline").assert_outcomes(passed=2)
+    profile(3.0, 50)
+    report_path = pytester.path / "report.json"
+    slower = run_p(f"--sglang-report={report_path}")
+    slower.assert_outcomes(failed=2)
+    slower.stdout.fnmatch_lines(["*output_throughput regressed *%: * tok/s vs baseline * tok/s*",
+                                 "*startup_seconds regressed *%: * s vs baseline * s (tolerance 20%; *",
+                                 "p startup vs baseline *s: +*.*% (regressed)"])
+    prof = json.loads(report_path.read_text())["profiles"]["p"]
+    startup = prof["startup_baseline"]
+    assert startup["status"] == "regressed" and startup["change_pct"] > 20, startup
+    assert startup["change_pct"] == pytest.approx((startup["current"] - startup["baseline"]) / startup["baseline"]
+                                                  * 100)
+    throughput = prof["benchmarks"][0]["baseline"]["output_throughput"]
+    assert throughput["status"] == "regressed" and throughput["change_pct"] < -5, throughput
+    slower.stdout.fnmatch_lines(["p * test_throughput * -*% REGRESSED vs *"])  # the table's delta reads the same

@@ -1,15 +1,10 @@
-"""HTTP client for SGLang, vLLM and OpenAI-compatible servers. Knows nothing about pytest.
+"""The load generator's HTTP: asyncio HTTP/1.1 streaming on raw sockets, with keep-alive connections.
 
-Two halves:
-
-* :class:`Client`, a small synchronous client over ``requests`` for the calls a test makes one at a time:
-  ``/generate``, ``/v1/completions``, ``/v1/chat/completions`` (plain or streamed), ``/server_info``,
-  ``/v1/models``.
-* :func:`stream_request`, an asyncio HTTP/1.1 streaming client on raw sockets, used by the load generator
-  (bench.py). One event loop drives hundreds of concurrent streams and stamps every SSE event with
-  ``time.perf_counter()`` the moment its bytes arrive; benchmarks/client_ceiling.py measures how far it goes.
-
-The API key travels only in the ``Authorization`` header and is never part of a message or a repr.
+:func:`stream_request` sends one streaming generation request through a :class:`ConnectionPool` and stamps
+every SSE event with ``time.perf_counter()`` the moment its bytes arrive; one event loop drives hundreds of
+concurrent streams (benchmarks/client_ceiling.py measures how far it goes). It never raises for server
+trouble: a :class:`StreamResult` says what happened (``ok``, ``status``, ``error``, ``connection_error``).
+The per-API event parsers turn ``data:`` payloads into output events and the server's token counts.
 """
 
 from __future__ import annotations
@@ -18,79 +13,13 @@ import asyncio
 import json
 import ssl
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 from urllib.parse import urlsplit
 
-import requests
-
-Api = Literal["completions", "chat", "generate"]
-API_PATHS: dict[str, str] = {
-    "completions": "/v1/completions",
-    "chat": "/v1/chat/completions",
-    "generate": "/generate",
-}
-_BODY_EXCERPT = 2000  # characters of an error body kept for messages
-
-
-def auth_headers(api_key: str | None) -> dict[str, str]:
-    return {"Authorization": f"Bearer {api_key}"} if api_key else {}
-
-
-def build_payload(
-    api: Api,
-    *,
-    prompt: str | Sequence[int],
-    output_len: int,
-    model: str | None = None,
-    ignore_eos: bool | None = True,
-    stream: bool = True,
-    temperature: float = 0.0,
-    extra: Mapping[str, Any] | None = None,
-) -> tuple[str, dict[str, Any]]:
-    """The path and JSON body of one generation request.
-
-    ``prompt`` is text or token ids. Token ids go to SGLang's ``input_ids`` (native) or the OpenAI ``prompt``
-    as a list of ids (both SGLang and vLLM accept it); chat takes text only.
-    """
-    if api not in API_PATHS:
-        raise ValueError(f"unknown api {api!r}: expected one of {', '.join(API_PATHS)}")
-    body: dict[str, Any]
-    if api == "generate":
-        sampling: dict[str, Any] = {"max_new_tokens": output_len, "temperature": temperature}
-        if ignore_eos is not None:  # None: leave the field out
-            sampling["ignore_eos"] = ignore_eos
-        body = {"sampling_params": sampling, "stream": stream}
-        if isinstance(prompt, str):
-            body["text"] = prompt
-        else:
-            body["input_ids"] = list(prompt)
-    else:
-        body = {"max_tokens": output_len, "temperature": temperature, "stream": stream}
-        if ignore_eos is not None:  # None: leave it out; strict OpenAI servers (transformers serve) answer 422
-            body["ignore_eos"] = ignore_eos
-        if model:
-            body["model"] = model
-        if stream:
-            body["stream_options"] = {"include_usage": True}
-        if api == "chat":
-            if not isinstance(prompt, str):
-                raise ValueError("the chat API takes a text prompt, not token ids")
-            body["messages"] = [{"role": "user", "content": prompt}]
-        else:
-            body["prompt"] = prompt if isinstance(prompt, str) else list(prompt)
-    if extra:
-        for key, value in extra.items():
-            if isinstance(value, Mapping) and isinstance(body.get(key), dict):
-                body[key] = {**body[key], **value}
-            else:
-                body[key] = value
-    return API_PATHS[api], body
-
-
-# --------------------------------------------------------------------------------------------------------
-# Streaming result and the per-API event parsers
+from pytest_sglang.bench.payloads import API_PATHS, BODY_EXCERPT, Api, auth_headers
+from pytest_sglang.errors import BenchmarkError
 
 
 @dataclass
@@ -142,7 +71,7 @@ class _EventParser:
             return
         if data.get("error") is not None or data.get("object") == "error":
             err = data.get("error", data)
-            self._fail("in-stream error: " + json.dumps(err)[:_BODY_EXCERPT])
+            self._fail("in-stream error: " + json.dumps(err)[:BODY_EXCERPT])
             return
         if self.api == "generate":
             self._feed_native(data, now)
@@ -197,7 +126,7 @@ class _EventParser:
             self.r.spec_verify_ct = int(meta["spec_verify_ct"])
         finish = meta.get("finish_reason")
         if isinstance(finish, dict) and finish.get("type") == "abort":
-            self._fail("request aborted by the server: " + json.dumps(finish)[:_BODY_EXCERPT])
+            self._fail("request aborted by the server: " + json.dumps(finish)[:BODY_EXCERPT])
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -215,12 +144,13 @@ class _Conn:
 
 
 class ConnectionPool:
-    """Keep-alive connections to one origin, for one event loop."""
+    """Keep-alive connections to one origin, for one event loop. A base URL that is not http(s) raises
+    BenchmarkError."""
 
     def __init__(self, base_url: str, *, api_key: str | None = None, limit: int = 1024) -> None:
         parts = urlsplit(base_url)
         if parts.scheme not in ("http", "https"):
-            raise ValueError(f"base_url must be http:// or https://, got {base_url!r}")
+            raise BenchmarkError(f"base_url must be http:// or https://, got {base_url!r}")
         self.host = parts.hostname or "127.0.0.1"
         self.port = parts.port or (443 if parts.scheme == "https" else 80)
         self.ssl: ssl.SSLContext | None = ssl.create_default_context() if parts.scheme == "https" else None
@@ -391,7 +321,7 @@ async def _stream(pool: ConnectionPool, api: Api, body: Mapping[str, Any], path:
     if status != 200:
         pieces = [piece async for piece in _body_pieces(conn.reader, headers)]
         text = b"".join(pieces).decode("utf-8", "replace")
-        result.error = text[:_BODY_EXCERPT] or f"HTTP {status} with an empty body"
+        result.error = text[:BODY_EXCERPT] or f"HTTP {status} with an empty body"
         result.end = time.perf_counter()
         state["reusable"] = keep_alive
         return
@@ -415,138 +345,3 @@ async def _stream(pool: ConnectionPool, api: Api, body: Mapping[str, Any], path:
     # `usage`: a success whose TTFT is unknown (None keeps it out of the TTFT figures rather than faking one).
 
 
-# --------------------------------------------------------------------------------------------------------
-# Synchronous client
-
-
-class Client:
-    """Synchronous client for one server: ``Client(server.base_url, api_key=server.api_key)``."""
-
-    def __init__(self, base_url: str, *, api_key: str | None = None, timeout: float = 600.0,
-                 model: str | None = None) -> None:
-        self.base_url = base_url.rstrip("/")
-        self.timeout = timeout
-        self.session = requests.Session()
-        self.session.headers.update(auth_headers(api_key))
-        self._model = model
-
-    def __repr__(self) -> str:  # never shows the key
-        return f"Client({self.base_url!r})"
-
-    def url(self, path: str) -> str:
-        return self.base_url + (path if path.startswith("/") else "/" + path)
-
-    def get(self, path: str, **kwargs: Any) -> requests.Response:
-        return self.session.get(self.url(path), timeout=kwargs.pop("timeout", self.timeout), **kwargs)
-
-    def post(self, path: str, json_body: Any, **kwargs: Any) -> requests.Response:
-        return self.session.post(self.url(path), json=json_body,
-                                 timeout=kwargs.pop("timeout", self.timeout), **kwargs)
-
-    def _json(self, response: requests.Response) -> Any:
-        if response.status_code != 200:
-            raise requests.HTTPError(
-                f"{response.request.method} {response.url} answered {response.status_code}: "
-                f"{response.text[:_BODY_EXCERPT]}",
-                response=response,
-            )
-        return response.json()
-
-    def models(self) -> list[str]:
-        return [m["id"] for m in self._json(self.get("/v1/models")).get("data", [])]
-
-    def model(self) -> str | None:
-        """The served model name: the one given, else the first of ``/v1/models``."""
-        if self._model is None:
-            try:
-                names = self.models()
-            except (requests.RequestException, ValueError, KeyError, TypeError):
-                names = []
-            self._model = names[0] if names else None
-        return self._model
-
-    def server_info(self) -> dict[str, Any] | None:
-        """SGLang's ``/server_info`` (``/get_server_info`` before 0.5.9); None where neither answers."""
-        for path in ("/server_info", "/get_server_info"):
-            try:
-                response = self.get(path, timeout=30)
-            except requests.RequestException:
-                return None
-            if response.status_code == 200:
-                try:
-                    info = response.json()
-                except ValueError:
-                    return None
-                return info if isinstance(info, dict) else None
-        return None
-
-    def version(self) -> str | None:
-        """The server's version: ``version`` of SGLang's server info, else vLLM's ``/version``."""
-        info = self.server_info()
-        if info and info.get("version"):
-            return str(info["version"])
-        try:
-            response = self.get("/version", timeout=30)
-            if response.status_code == 200:
-                return str(response.json().get("version")) or None
-        except (requests.RequestException, ValueError, AttributeError):
-            pass
-        return None
-
-    def accept_length(self) -> float | None:
-        """Average speculative accept length (``internal_states[0].avg_spec_accept_length``), else None."""
-        info = self.server_info()
-        if not info:
-            return None
-        states = info.get("internal_states") or []
-        if states and isinstance(states[0], dict):
-            value = states[0].get("avg_spec_accept_length")
-            return float(value) if value is not None else None
-        return None
-
-    def generate(self, prompt: str | Sequence[int], *, max_new_tokens: int = 16, **sampling: Any) -> Any:
-        """Native ``/generate`` without streaming; returns the JSON answer."""
-        _, body = build_payload("generate", prompt=prompt, output_len=max_new_tokens, stream=False,
-                                ignore_eos=sampling.pop("ignore_eos", False),
-                                temperature=sampling.pop("temperature", 0.0))
-        body["sampling_params"].update(sampling)
-        return self._json(self.post("/generate", body))
-
-    def completions(self, prompt: str | Sequence[int], *, max_tokens: int = 16, **extra: Any) -> Any:
-        _, body = build_payload("completions", prompt=prompt, output_len=max_tokens, stream=False,
-                                model=extra.pop("model", None) or self.model(),
-                                ignore_eos=extra.pop("ignore_eos", False), extra=extra)
-        return self._json(self.post("/v1/completions", body))
-
-    def chat(self, content: str, *, max_tokens: int = 16, **extra: Any) -> Any:
-        _, body = build_payload("chat", prompt=content, output_len=max_tokens, stream=False,
-                                model=extra.pop("model", None) or self.model(),
-                                ignore_eos=extra.pop("ignore_eos", False), extra=extra)
-        return self._json(self.post("/v1/chat/completions", body))
-
-    def stream(self, api: Api, prompt: str | Sequence[int], *, max_tokens: int = 16,
-               **extra: Any) -> Iterator[dict[str, Any]]:
-        """Yield each streamed event's JSON (the ``[DONE]`` marker ends the iteration)."""
-        model = (extra.pop("model", None) or self.model()) if api != "generate" else None
-        _, body = build_payload(api, prompt=prompt, output_len=max_tokens, stream=True, model=model,
-                                ignore_eos=extra.pop("ignore_eos", False), extra=extra)
-        with self.session.post(self.url(API_PATHS[api]), json=body, stream=True,
-                               timeout=self.timeout) as response:
-            if response.status_code != 200:
-                self._json(response)
-            for line in response.iter_lines():
-                if not line.startswith(b"data:"):
-                    continue
-                payload = line[5:].strip()
-                if payload == b"[DONE]":
-                    return
-                yield json.loads(payload)
-
-    def close(self) -> None:
-        self.session.close()
-
-    def __enter__(self) -> Client:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()

@@ -1,0 +1,59 @@
+"""Baselines: direction-aware comparison of figures, the baseline file, and the check. Knows nothing about pytest.
+
+One module per job:
+
+* ``directions``: which way is better for each metric (``direction``), its unit and format, ``Tolerance``;
+* ``engine``: the one comparison engine (``judge``: a figure against a reference, with a tolerance or a
+  margin), used by the baseline checks and by profile comparisons (``compare_profiles``);
+* ``machine``: the machine fingerprint that selects a baseline (``detect_machine``), ``git_commit``;
+* ``store``: the baseline file (``BaselineStore``, ``Entry``, ``validate``), locked and replaced atomically;
+* ``checks``: ``compare()`` of a result with its baseline (``Check``, ``Comparison``) and the session's
+  ``BaselineChecker``.
+
+``change_pct`` is the change of the figure itself, (current - baseline) / |baseline| * 100, everywhere; the
+status word (``regressed``, ``improved``) says whether it is worse or better.
+"""
+
+from __future__ import annotations
+
+from pytest_sglang.baseline.checks import BaselineChecker, Check, Comparison, compare, compare_one
+from pytest_sglang.baseline.directions import Direction, Tolerance, direction, fmt_value, unit
+from pytest_sglang.baseline.engine import (
+    Judgement,
+    ProfileComparison,
+    change_pct,
+    compare_profiles,
+    judge,
+    metric_value,
+)
+from pytest_sglang.baseline.machine import MACHINE_ENV, Machine, detect_machine, git_commit
+from pytest_sglang.baseline.store import DEFAULT_FILENAME, FORMAT, VERSION, BaselineStore, Entry, validate
+
+__all__ = [
+    "DEFAULT_FILENAME",
+    "FORMAT",
+    "MACHINE_ENV",
+    "VERSION",
+    "BaselineChecker",
+    "BaselineStore",
+    "Check",
+    "Comparison",
+    "Direction",
+    "Entry",
+    "Judgement",
+    "Machine",
+    "ProfileComparison",
+    "Tolerance",
+    "change_pct",
+    "compare",
+    "compare_one",
+    "compare_profiles",
+    "detect_machine",
+    "direction",
+    "fmt_value",
+    "git_commit",
+    "judge",
+    "metric_value",
+    "unit",
+    "validate",
+]

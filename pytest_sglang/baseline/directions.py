@@ -1,0 +1,90 @@
+"""What each metric means for a comparison: which way is better, its unit, how to show it, how much it may move.
+
+:func:`direction` knows which way is worse: higher is better for throughputs and the accept length, lower for
+latencies (``*_ms``), ``duration``, ``failed`` and ``startup_seconds``; a name it does not know raises
+BaselineError. :class:`Tolerance` is ``"5%"`` (relative to the reference figure) or an absolute amount in the
+metric's unit.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Literal
+
+from pytest_sglang.errors import BaselineError
+
+Direction = Literal["higher", "lower"]
+
+_HIGHER = re.compile(r"(^|_)throughput$|^accept_length$|^completed$|^concurrency$|^max_output_tokens_per_s$")
+_LOWER = re.compile(r"_ms$|^duration$|^failed$|^startup_seconds$|_seconds$|^chunk_count_mismatches$")
+
+
+def direction(metric: str) -> Direction:
+    """Which way is better for ``metric``; raises BaselineError for a name whose direction is unknown."""
+    if _HIGHER.search(metric):
+        return "higher"
+    if _LOWER.search(metric):
+        return "lower"
+    raise BaselineError(
+        f"no direction known for metric {metric!r}: baselines compare throughputs (*_throughput, higher is "
+        "better), accept_length (higher), latencies (*_ms, lower), duration, failed and startup_seconds "
+        "(lower)"
+    )
+
+
+def unit(metric: str) -> str:
+    if metric == "request_throughput":
+        return "req/s"
+    if metric.endswith("_throughput") or metric == "max_output_tokens_per_s":
+        return "tok/s"
+    if metric.endswith("_ms"):
+        return "ms"
+    if metric.endswith("seconds") or metric == "duration":
+        return "s"
+    return ""
+
+
+def fmt_value(metric: str, value: float) -> str:
+    u = unit(metric)
+    digits = 1 if abs(value) >= 10 or u in ("tok/s",) else 2
+    text = f"{value:.{digits}f}"
+    return f"{text} {u}" if u else text
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """``5%`` (relative to the reference figure) or an absolute amount in the metric's unit."""
+
+    amount: float
+    relative: bool
+
+    @classmethod
+    def parse(cls, metric: str, raw: str | float | int) -> Tolerance:
+        if isinstance(raw, bool):
+            raise BaselineError(f"tolerance for {metric} must be like '5%' or a number, got {raw!r}")
+        if isinstance(raw, (int, float)):
+            value, relative = float(raw), False
+        elif isinstance(raw, str):
+            text = raw.strip()
+            relative = text.endswith("%")
+            try:
+                value = float(text[:-1] if relative else text)
+            except ValueError:
+                raise BaselineError(
+                    f"tolerance for {metric} must be like '5%' (relative) or '3' (absolute, in "
+                    f"{unit(metric) or 'its unit'}), got {raw!r}") from None
+        else:
+            raise BaselineError(f"tolerance for {metric} must be like '5%' or a number, got {raw!r}")
+        if not math.isfinite(value) or value < 0:
+            raise BaselineError(f"tolerance for {metric} must be a finite amount >= 0, got {raw!r}")
+        return cls(value, relative)
+
+    def allowed(self, reference: float) -> float:
+        """The amount in the metric's unit: a relative tolerance scales with the reference figure."""
+        return abs(reference) * self.amount / 100.0 if self.relative else self.amount
+
+    def __str__(self) -> str:
+        return f"{self.amount:g}%" if self.relative else f"{self.amount:g}"
+

@@ -1,0 +1,263 @@
+"""The figures, with sglang.bench_serving's definitions and names; pure functions of the measured requests.
+
+* ``duration``: from the first request sent to the last response done, warmup requests excluded;
+* ``output_throughput = total_output_tokens / duration``, likewise ``input_throughput``,
+  ``request_throughput`` and ``total_throughput``;
+* output tokens are the server's count (``usage.completion_tokens`` with ``stream_options.include_usage``,
+  ``meta_info.completion_tokens`` natively); only where the server gives none is the chunk count used
+  (``server_token_counts_missing`` says how often). ``chunk_count_mismatches`` counts requests whose
+  number of output-bearing stream events differs from the server's token count (expected under
+  speculative decoding, where one event carries several tokens; a sign of a miscounting server otherwise);
+* TTFT: request sent to the first event that carries output; ITL: the gaps between such events; TPOT:
+  ``(e2e - ttft) / (output_tokens - 1)``; e2e latency: request sent to the stream's end. Each with mean,
+  median, std, p90 and p99 in ms (percentiles interpolate linearly, like numpy's default);
+* ``accept_length``: native ``completion_tokens / spec_verify_ct`` here; the runner prefers the server's
+  ``/server_info`` figure where it has one.
+
+Failed requests never hide: ``failed`` and ``first_failure`` say what happened, and ``connection_errors``
+how many requests got no complete HTTP answer (the caller decides whether the server died).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+from pytest_sglang.bench.payloads import API_PATHS
+from pytest_sglang.bench.stream import StreamResult
+
+# Fields of BenchResult left out of to_dict(): the requests (on demand), and what only the caller acts on
+# (docs/report-schema.md lists every field of a report's "result").
+_NOT_REPORTED = frozenset({"requests", "connection_errors"})
+
+
+@dataclass
+class RequestRecord:
+    """One measured request (warmup excluded). Times in seconds."""
+
+    ok: bool
+    start: float
+    latency: float
+    ttft: float | None
+    itls: list[float]
+    input_tokens: int
+    output_tokens: int
+    chunks: int
+    server_counted: bool
+    status: int | None = None
+    error: str | None = None
+    connection_error: bool = False
+    spec_verify_ct: int | None = None
+
+
+@dataclass
+class BenchResult:
+    """Figures of one benchmark run, named as sglang.bench_serving names them."""
+
+    # what was run
+    api: str = "completions"
+    num_requests: int = 0
+    max_concurrency: int | None = None
+    request_rate: float = math.inf
+    input_len: int = 0
+    output_len: int = 0
+    warmup: int = 0
+    seed: int = 0
+    prompt_kind: str = "token_ids"  # "token_ids", "tokenizer_text" or "approx_text"
+    profile: str | None = None
+    started_at: str = ""
+    # counts
+    completed: int = 0
+    failed: int = 0
+    total_input_tokens: int = 0
+    total_output_tokens: int = 0
+    duration: float = 0.0
+    # throughput
+    request_throughput: float = 0.0
+    input_throughput: float = 0.0
+    output_throughput: float = 0.0
+    total_throughput: float = 0.0
+    concurrency: float = 0.0  # achieved: sum of e2e latencies / duration
+    # latency (ms)
+    mean_ttft_ms: float = 0.0
+    median_ttft_ms: float = 0.0
+    std_ttft_ms: float = 0.0
+    p90_ttft_ms: float = 0.0
+    p99_ttft_ms: float = 0.0
+    mean_itl_ms: float = 0.0
+    median_itl_ms: float = 0.0
+    std_itl_ms: float = 0.0
+    p90_itl_ms: float = 0.0
+    p99_itl_ms: float = 0.0
+    max_itl_ms: float = 0.0
+    mean_tpot_ms: float = 0.0
+    median_tpot_ms: float = 0.0
+    std_tpot_ms: float = 0.0
+    p90_tpot_ms: float = 0.0
+    p99_tpot_ms: float = 0.0
+    mean_e2e_latency_ms: float = 0.0
+    median_e2e_latency_ms: float = 0.0
+    std_e2e_latency_ms: float = 0.0
+    p90_e2e_latency_ms: float = 0.0
+    p99_e2e_latency_ms: float = 0.0
+    # speculative decoding
+    accept_length: float | None = None
+    # honesty
+    first_failure: dict[str, Any] | None = None  # {"index", "status", "error"} of the first failed request
+    chunk_count_mismatches: int = 0
+    server_token_counts_missing: int = 0
+    # requests, warmup included, that could not connect or whose connection broke before the answer ended:
+    # the caller asks its server handle whether the server died (not part of to_dict)
+    connection_errors: int = 0
+    requests: list[RequestRecord] = field(default_factory=list, repr=False)
+
+    def to_dict(self, *, include_requests: bool = False) -> dict[str, Any]:
+        """JSON-ready figures (``request_rate`` inf becomes the string "inf"), as docs/report-schema.md lists
+        them; ``include_requests`` adds every measured request."""
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            if f.name in _NOT_REPORTED:
+                continue
+            value = getattr(self, f.name)
+            if isinstance(value, float) and math.isinf(value):
+                value = "inf"
+            out[f.name] = value
+        if include_requests:
+            out["requests"] = [asdict(r) for r in self.requests]
+        return out
+
+    @property
+    def ok(self) -> bool:
+        return self.failed == 0 and self.completed > 0
+
+    def summary(self) -> str:
+        """The figures as ``python -m sglang.bench_serving`` prints them."""
+
+        def row(label: str, value: Any) -> str:
+            if isinstance(value, float):
+                value = f"{value:.2f}"
+            return f"{label:<40}{value!s:<10}"
+
+        lines = [f"{' Serving Benchmark Result ':=^50}"]
+        lines += [
+            row("Backend:", f"{self.api} ({API_PATHS.get(self.api, '?')})"),
+            row("Traffic request rate:", self.request_rate),
+            row("Max request concurrency:", self.max_concurrency or "not set"),
+            row("Successful requests:", self.completed),
+            row("Failed requests:", self.failed),
+            row("Benchmark duration (s):", self.duration),
+            row("Total input tokens:", self.total_input_tokens),
+            row("Total generated tokens:", self.total_output_tokens),
+            row("Request throughput (req/s):", self.request_throughput),
+            row("Input token throughput (tok/s):", self.input_throughput),
+            row("Output token throughput (tok/s):", self.output_throughput),
+            row("Total token throughput (tok/s):", self.total_throughput),
+            row("Concurrency:", self.concurrency),
+        ]
+        if self.accept_length is not None:
+            lines.append(row("Accept length:", self.accept_length))
+        sections = (("End-to-End Latency", "e2e_latency"), ("Time to First Token", "ttft"),
+                    ("Time per Output Token (excl. 1st token)", "tpot"), ("Inter-Token Latency", "itl"))
+        for title, key in sections:
+            lines.append(f"{title:-^50}")
+            for stat in ("mean", "median", "p90", "p99"):
+                lines.append(row(f"{stat.capitalize() if stat[0] != 'p' else stat.upper()} "
+                                 f"{key.upper().replace('_LATENCY', '')} (ms):",
+                                 getattr(self, f"{stat}_{key}_ms")))
+        if self.failed:
+            lines.append(f"{' FAILURES ':-^50}")
+            lines.append(failure_text(self))
+        lines.append("=" * 50)
+        return "\n".join(lines)
+
+
+def failure_text(result: BenchResult) -> str:
+    ff = result.first_failure or {}
+    status = f"HTTP {ff['status']}" if ff.get("status") else "no HTTP status"
+    return (f"{result.failed} of {result.failed + result.completed} requests failed; the first "
+            f"(request {ff.get('index')}, {status}): {ff.get('error')}")
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """Linear-interpolated percentile, numpy's default (``numpy.percentile(values, q)``)."""
+    if not values:
+        return 0.0
+    data = sorted(values)
+    pos = (len(data) - 1) * q / 100.0
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(data) - 1)
+    return data[lo] + (data[hi] - data[lo]) * (pos - lo)
+
+
+def _stats(values_s: Sequence[float]) -> dict[str, float]:
+    ms = [v * 1000.0 for v in values_s]
+    if not ms:
+        return {"mean": 0.0, "median": 0.0, "std": 0.0, "p90": 0.0, "p99": 0.0}
+    return {
+        "mean": statistics.fmean(ms),
+        "median": percentile(ms, 50),
+        "std": statistics.pstdev(ms),
+        "p90": percentile(ms, 90),
+        "p99": percentile(ms, 99),
+    }
+
+
+def record_from_stream(s: StreamResult, prompt_tokens: int) -> RequestRecord:
+    """Turn what the client saw into a measured request: the server's token counts win over chunk counts."""
+    chunks = len(s.chunk_times)
+    server_counted = s.completion_tokens is not None
+    output_tokens = s.completion_tokens if s.completion_tokens is not None else (
+        sum(s.chunk_tokens) if s.chunk_tokens else chunks)
+    itls = [b - a for a, b in zip(s.chunk_times, s.chunk_times[1:], strict=False)]
+    return RequestRecord(
+        ok=s.ok, start=s.start, latency=s.latency, ttft=s.ttft, itls=itls,
+        input_tokens=s.prompt_tokens if s.prompt_tokens is not None else prompt_tokens,
+        output_tokens=output_tokens if s.ok else 0, chunks=chunks, server_counted=server_counted,
+        status=s.status, error=s.error, connection_error=s.connection_error, spec_verify_ct=s.spec_verify_ct,
+    )
+
+
+def compute_metrics(
+    records: Sequence[RequestRecord], duration: float | None = None, **config: Any
+) -> BenchResult:
+    """Aggregate measured requests into a BenchResult. ``duration`` defaults to first start to last end."""
+    result = BenchResult(**config)
+    result.requests = list(records)
+    good = [r for r in records if r.ok]
+    bad = [(i, r) for i, r in enumerate(records) if not r.ok]
+    result.completed, result.failed = len(good), len(bad)
+    if bad:
+        i, r = bad[0]
+        result.first_failure = {"index": i, "status": r.status, "error": r.error}
+    if duration is None:
+        ends = [r.start + r.latency for r in records]
+        duration = (max(ends) - min(r.start for r in records)) if records else 0.0
+    result.duration = duration
+    result.total_input_tokens = sum(r.input_tokens for r in good)
+    result.total_output_tokens = sum(r.output_tokens for r in good)
+    result.chunk_count_mismatches = sum(1 for r in good if r.server_counted and r.chunks != r.output_tokens)
+    result.server_token_counts_missing = sum(1 for r in good if not r.server_counted)
+    result.connection_errors = sum(1 for r in records if r.connection_error)
+    if duration > 0:
+        result.request_throughput = len(good) / duration
+        result.input_throughput = result.total_input_tokens / duration
+        result.output_throughput = result.total_output_tokens / duration
+        result.total_throughput = (result.total_input_tokens + result.total_output_tokens) / duration
+        result.concurrency = sum(r.latency for r in good) / duration
+    ttfts = [r.ttft for r in good if r.ttft is not None]
+    itls = [x for r in good for x in r.itls]
+    tpots = [(r.latency - r.ttft) / (r.output_tokens - 1) for r in good
+             if r.ttft is not None and r.output_tokens > 1]
+    e2e = [r.latency for r in good]
+    for key, values in (("ttft", ttfts), ("itl", itls), ("tpot", tpots), ("e2e_latency", e2e)):
+        for stat, value in _stats(values).items():
+            setattr(result, f"{stat}_{key}_ms", value)
+    result.max_itl_ms = max(itls) * 1000.0 if itls else 0.0
+    verify = [r for r in good if r.spec_verify_ct]
+    if verify:
+        verified = sum(r.spec_verify_ct or 0 for r in verify)
+        result.accept_length = sum(r.output_tokens for r in verify) / verified
+    return result

@@ -1,0 +1,232 @@
+"""The run: ``run_bench(server, num_requests=..., concurrency=..., input_len=..., output_len=...)``.
+
+It builds the prompts and request bodies, runs the warmup requests and then the measured ones through the
+streaming client on one event loop (``concurrency`` caps those in flight, ``request_rate`` spaces their
+arrivals as a Poisson process), and returns the :class:`~pytest_sglang.bench.metrics.BenchResult` of the
+measured ones. Failed requests raise :class:`~pytest_sglang.errors.BenchmarkFailedError` carrying the result,
+unless ``allow_failures=True``. The runner never asks about the server's liveness: ``connection_errors``
+tells the caller that some requests got no answer, and the caller asks its server handle why.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import random
+import threading
+from collections.abc import Callable, Coroutine, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any, Protocol, TypeVar, runtime_checkable
+
+from pytest_sglang.bench.client import Client
+from pytest_sglang.bench.metrics import BenchResult, compute_metrics, failure_text, record_from_stream
+from pytest_sglang.bench.payloads import API_PATHS, Api, build_payload
+from pytest_sglang.bench.prompts import load_tokenizer, make_prompts
+from pytest_sglang.bench.stream import ConnectionPool, StreamResult, stream_request
+from pytest_sglang.errors import BenchmarkError, BenchmarkFailedError
+
+T = TypeVar("T")
+
+
+@runtime_checkable
+class ServerLike(Protocol):
+    """What the load generator needs of a server handle (``sglang_server`` is one)."""
+
+    @property
+    def base_url(self) -> str: ...
+    @property
+    def api_key(self) -> str | None: ...
+    @property
+    def kind(self) -> str: ...
+    @property
+    def model(self) -> str | None: ...
+
+
+@dataclass
+class _Url:
+    base_url: str
+    api_key: str | None = None
+    kind: str = "generic"
+    model: str | None = None
+
+
+def _run_coroutine(factory: Callable[[], Coroutine[Any, Any, T]]) -> T:
+    """asyncio.run, or, when this thread already runs an event loop (pytest-asyncio), in a worker thread."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(factory())
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            box["value"] = asyncio.run(factory())
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
+            box["error"] = exc
+
+    thread = threading.Thread(target=target, name="sglang-bench")
+    thread.start()
+    thread.join()
+    if "error" in box:
+        raise box["error"]
+    return box["value"]  # type: ignore[no-any-return]
+
+
+async def _drive(
+    base_url: str,
+    api_key: str | None,
+    api: Api,
+    bodies: Sequence[dict[str, Any]],
+    *,
+    concurrency: int | None,
+    request_rate: float,
+    rng: random.Random,
+    timeout: float | None,
+    warmup_bodies: Sequence[dict[str, Any]] = (),
+) -> tuple[list[StreamResult], list[StreamResult]]:
+    pool = ConnectionPool(base_url, api_key=api_key)
+    try:
+        warm = [await stream_one(pool, api, b, timeout) for b in warmup_bodies[:1]]
+        if len(warmup_bodies) > 1:
+            warm += await asyncio.gather(*(stream_one(pool, api, b, timeout) for b in warmup_bodies[1:]))
+        sem = asyncio.Semaphore(concurrency) if concurrency else None
+
+        async def one(body: dict[str, Any]) -> StreamResult:
+            if sem is None:
+                return await stream_one(pool, api, body, timeout)
+            async with sem:
+                return await stream_one(pool, api, body, timeout)
+
+        tasks: list[asyncio.Task[StreamResult]] = []
+        for i, body in enumerate(bodies):
+            if i and math.isfinite(request_rate) and request_rate > 0:
+                await asyncio.sleep(rng.expovariate(request_rate))
+            tasks.append(asyncio.ensure_future(one(body)))
+        measured = list(await asyncio.gather(*tasks))
+    finally:
+        await pool.close()
+    return warm, measured
+
+
+async def stream_one(
+    pool: ConnectionPool, api: Api, body: dict[str, Any], timeout: float | None
+) -> StreamResult:
+    return await stream_request(pool, api, body, timeout=timeout)
+
+
+def run_bench(
+    server: ServerLike | str,
+    *,
+    num_requests: int = 64,
+    concurrency: int | None = None,
+    request_rate: float = math.inf,
+    input_len: int = 128,
+    output_len: int = 128,
+    api: Api = "completions",
+    ignore_eos: bool | None = True,
+    warmup: int = 1,
+    seed: int = 0,
+    tokenizer: Any | str | None = None,
+    prompts: Sequence[str | Sequence[int]] | None = None,
+    model: str | None = None,
+    extra_body: Mapping[str, Any] | None = None,
+    timeout: float | None = 1800.0,
+    allow_failures: bool = False,
+    profile: str | None = None,
+) -> BenchResult:
+    """Benchmark ``server`` (a server handle, or a base URL) with streamed requests; see the package doc.
+
+    ``concurrency`` caps requests in flight (None: no cap); ``request_rate`` is the Poisson arrival rate in
+    requests/s (inf: all at once, bounded by ``concurrency``). ``warmup`` requests run first and are left
+    out. ``tokenizer``: a tokenizer object or a name for ``transformers.AutoTokenizer`` (default: the
+    server's model, when transformers is installed and has it locally); used only for text prompts.
+    Bad arguments raise BenchmarkError; failed requests raise BenchmarkFailedError with the result.
+    """
+    if api not in API_PATHS:
+        raise BenchmarkError(f"api must be one of {', '.join(API_PATHS)}, got {api!r}")
+    if num_requests < 1 or input_len < 1 or output_len < 1:
+        raise BenchmarkError("num_requests, input_len and output_len must be at least 1")
+    if concurrency is not None and concurrency < 1:
+        raise BenchmarkError(f"concurrency must be at least 1 (or None for no cap), got {concurrency}")
+    handle: ServerLike = _Url(server.rstrip("/")) if isinstance(server, str) else server
+    profile = profile if profile is not None else getattr(handle, "profile", None)
+    client = Client(handle.base_url, api_key=handle.api_key, timeout=60, model=model or handle.model)
+    try:
+        served_model = None
+        if api != "generate":
+            served_model = model or _served_model(client, handle)
+        tok = tokenizer
+        if tokenizer is None or isinstance(tokenizer, str):
+            tok = load_tokenizer(tokenizer or handle.model) if api == "chat" else None
+        if prompts is None:
+            all_prompts, prompt_kind = make_prompts(num_requests + warmup, input_len, seed=seed,
+                                                    want_ids=api != "chat", tokenizer=tok)
+        else:
+            if len(prompts) < num_requests:
+                raise BenchmarkError(f"{len(prompts)} prompts given for {num_requests} requests")
+            rng_w = random.Random(seed)
+            all_prompts = [p if isinstance(p, str) else list(p) for p in prompts[:num_requests]]
+            picks = [all_prompts[rng_w.randrange(len(all_prompts))] for _ in range(warmup)]
+            all_prompts = picks + all_prompts
+            prompt_kind = "given"
+        bodies: list[dict[str, Any]] = []
+        prompt_lens: list[int] = []
+        for p in all_prompts:
+            _, body = build_payload(api, prompt=p, output_len=output_len, model=served_model,
+                                    ignore_eos=ignore_eos, stream=True, extra=extra_body)
+            bodies.append(body)
+            prompt_lens.append(len(p) if not isinstance(p, str) else input_len)
+        started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        rng = random.Random(seed + 1)
+        warm, measured = _run_coroutine(lambda: _drive(
+            handle.base_url, handle.api_key, api, bodies[warmup:], concurrency=concurrency,
+            request_rate=request_rate, rng=rng, timeout=timeout, warmup_bodies=bodies[:warmup]))
+        result = compute_metrics(
+            [record_from_stream(s, n) for s, n in zip(measured, prompt_lens[warmup:], strict=True)],
+            api=api, num_requests=num_requests, max_concurrency=concurrency, request_rate=request_rate,
+            input_len=input_len, output_len=output_len, warmup=warmup, seed=seed, prompt_kind=prompt_kind,
+            profile=profile, started_at=started_at,
+        )
+        result.connection_errors += sum(1 for s in warm if s.connection_error)
+        if handle.kind != "vllm":
+            server_accept = client.accept_length()
+            if server_accept is not None:
+                result.accept_length = server_accept
+        warm_failures = [s for s in warm if not s.ok]
+        if warm_failures and not allow_failures:
+            s = warm_failures[0]
+            raise BenchmarkFailedError(
+                f"{len(warm_failures)} of {len(warm)} warmup requests to {handle.base_url}{API_PATHS[api]} "
+                f"failed; the first: {'HTTP ' + str(s.status) if s.status else 'no HTTP status'}: {s.error}",
+                result)
+        if result.failed and not allow_failures:
+            raise BenchmarkFailedError(
+                f"benchmark against {handle.base_url}{API_PATHS[api]}: {failure_text(result)} "
+                f"(output_throughput of the {result.completed} completed would be "
+                f"{result.output_throughput:.1f} tok/s; pass allow_failures=True to get the result anyway)",
+                result)
+        return result
+    finally:
+        client.close()
+
+
+def _served_model(client: Client, handle: ServerLike) -> str | None:
+    names = []
+    try:
+        names = client.models()
+    except Exception:  # noqa: BLE001 - a server without /v1/models gets the profile's model name
+        pass
+    if handle.model and handle.model in names:
+        return handle.model
+    return names[0] if names else handle.model
+
+
+def expected_throughput(*, num_requests: int, concurrency: int, output_len: int, ttft_s: float,
+                        decode_tok_s: float) -> float:
+    """Output tok/s of a server that paces each request exactly: first token after ``ttft_s``, then one
+    token every ``1/decode_tok_s``; ``concurrency`` requests at a time, in waves."""
+    per_request = ttft_s + (output_len - 1) / decode_tok_s
+    waves = math.ceil(num_requests / concurrency)
+    return num_requests * output_len / (waves * per_request)
+
