@@ -7,10 +7,10 @@ in the same run (the seed loop watches the very same log file as the plugin, in 
 
 (a) ready-line-to-return lag: a tiny fake server answers /health 200 from the start (as SGLang does once
     uvicorn is up), writes startup lines, then the ready line at a random moment, noting time.time() right
-    after the write. Ours: the moment start_server() returns. Seed: the moment the bash loop echoes READY.
+    after the write. Ours: the moment launch_server() returns. Seed: the moment the bash loop echoes READY.
 (b) crash-to-error latency: the fake server writes a traceback (one write) at a random moment, notes the time
     the final exception line is in the file, then exits (exit code 1) or stays alive (optionally ignoring
-    SIGTERM, as a wedged server may). Ours: the moment start_server() raises. Seed: the loop echoes CRASH.
+    SIGTERM, as a wedged server may). Ours: the moment launch_server() raises. Seed: the loop echoes CRASH.
 (c) watcher cost: a generated SGLang-style log (startup lines, decode/prefill batch lines, access lines,
     tqdm bars redrawn with \\r; no ready line, so nothing stops early) is appended in 64 KiB pieces and fed
     through LogTail.read_lines + LogWatcher.feed after each piece, in a child process: CPU seconds per 100 MB,
@@ -44,10 +44,12 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from pytest_sglang.config.profiles import Profile  # noqa: E402
 from pytest_sglang.errors import ServerStartupError  # noqa: E402
 from pytest_sglang.kinds import SGLANG  # noqa: E402
-from pytest_sglang.profiles import Profile  # noqa: E402
-from pytest_sglang.server import CRASH_SETTLE_SECONDS, POLL_SECONDS, plan_launch, start_server  # noqa: E402
+from pytest_sglang.launch.plan import plan_launch  # noqa: E402
+from pytest_sglang.server import launch_server  # noqa: E402
+from pytest_sglang.server.ready import CRASH_SETTLE_SECONDS, POLL_SECONDS  # noqa: E402
 
 SEED_LOOP = r"""
 LOG="$1"
@@ -158,7 +160,7 @@ def one_launch(work: Path, mode: str, at: float, n: int) -> dict[str, float | No
     server = None
     raised = False
     try:
-        server = start_server(plan)
+        server = launch_server(plan)
     except ServerStartupError:
         raised = True
     ours_at = time.time()
@@ -171,7 +173,7 @@ def one_launch(work: Path, mode: str, at: float, n: int) -> dict[str, float | No
             os.killpg(seed.pid, signal.SIGKILL)
             seed.wait()
         if server is not None:
-            server.stop(grace=5)
+            server.close()
     event_at = float(stamp.read_text()) if stamp.exists() else None
     seed_at = None
     for line in seed_out.splitlines():

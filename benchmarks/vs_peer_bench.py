@@ -46,8 +46,9 @@ import psutil  # noqa: E402
 from realservers import SERVER_ARGS, STUB_DIR, TINY_MODEL  # noqa: E402
 
 from pytest_sglang.bench import run_bench  # noqa: E402
-from pytest_sglang.profiles import Profile  # noqa: E402
-from pytest_sglang.server import SGLangServer, plan_launch, start_server  # noqa: E402
+from pytest_sglang.config.profiles import Profile  # noqa: E402
+from pytest_sglang.launch.plan import plan_launch  # noqa: E402
+from pytest_sglang.server import ServerHandle, launch_server  # noqa: E402
 
 METRICS = ("output_throughput", "median_ttft_ms", "median_itl_ms")
 VLLM_BENCH = ("import argparse, sys\nfrom vllm.benchmarks.serve import add_cli_args, main\n"
@@ -63,15 +64,15 @@ def server_env(kind: str) -> dict[str, str]:
     return env
 
 
-def launch(kind: str, python: str, model: Path, workdir: Path) -> SGLangServer:
+def launch(kind: str, python: str, model: Path, workdir: Path) -> ServerHandle:
     profile = Profile(name=f"{kind}-peer", source=workdir / "none.toml", kind=kind, model=str(model),
                       args=tuple(SERVER_ARGS[kind]), env=server_env(kind), python=python, startup_timeout=900)
     plan = plan_launch(profile, sim=False, log_dir=workdir)
     print(f"launching {kind}: log {plan.log_path}", flush=True)
-    return start_server(plan, on_status=lambda s: print(s, flush=True))
+    return launch_server(plan, on_status=lambda s: print(s, flush=True))
 
 
-def ours(server: SGLangServer, w: dict[str, int], seed: int) -> dict[str, Any]:
+def ours(server: ServerHandle, w: dict[str, int], seed: int) -> dict[str, Any]:
     api = "generate" if server.kind == "sglang" else "completions"
     r = run_bench(server, num_requests=w["n"], concurrency=w["c"], input_len=w["input_len"],
                   output_len=w["output_len"], api=api, ignore_eos=True, warmup=0, seed=seed)
@@ -80,7 +81,7 @@ def ours(server: SGLangServer, w: dict[str, int], seed: int) -> dict[str, Any]:
             "total_input_tokens": r.total_input_tokens, "completed": r.completed, "duration": r.duration}
 
 
-def peer(server: SGLangServer, python: str, model: Path, w: dict[str, int], seed: int, workdir: Path
+def peer(server: ServerHandle, python: str, model: Path, w: dict[str, int], seed: int, workdir: Path
          ) -> dict[str, Any]:
     out = workdir / f"peer-{seed}.json"
     out.unlink(missing_ok=True)
@@ -110,7 +111,7 @@ def peer(server: SGLangServer, python: str, model: Path, w: dict[str, int], seed
                                      "total_output_tokens", "total_input_tokens", "completed", "duration")}
 
 
-def pin(server: SGLangServer) -> None:
+def pin(server: ServerHandle) -> None:
     """Server tree on CPU 0; this process (ours) and the peer subprocesses it starts on CPU 1."""
     assert server.pid is not None
     root = psutil.Process(server.pid)
@@ -194,7 +195,7 @@ def main() -> int:
                       f"{fig['median_itl_ms']:>11.2f} {fig['total_output_tokens']:>10} {load:>6.2f} "
                       f"{fig['client_cpu_s']:>12.2f}", flush=True)
     finally:
-        server.stop()
+        server.close()
     summary: dict[str, Any] = {"machine": machine(), "server": args.server, "peer": peer_name, "workload": w,
                                "rounds": args.rounds, "startup_seconds": server.startup_seconds,
                                "pinned": args.pin}

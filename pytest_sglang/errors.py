@@ -125,9 +125,19 @@ class ServerError(PluginError):
         self.command = list(command) if command else None
         super().__init__(self.render())
 
+    @property
+    def cause(self) -> str | None:
+        """The root cause in one line (the first exception line the log showed), or None."""
+        causes = self.diagnosis.root_causes
+        if not causes or not causes[0].strip():
+            return None
+        line = causes[0].strip().splitlines()[0]
+        return redact(line if len(line) <= 240 else line[:239] + "\u2026")
+
     def render(self) -> str:
         d = self.diagnosis
-        parts = [f"[sglang {self.profile}] {self.headline}"]
+        # The first line is what pytest's short summary shows: it carries the cause, before the facts.
+        parts = [f"[sglang {self.profile}] {self.headline}" + (f": {self.cause}" if self.cause else "")]
         facts = []
         if self.elapsed is not None:
             facts.append(f"after {self.elapsed:.1f} s")

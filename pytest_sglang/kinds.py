@@ -1,7 +1,13 @@
 """Per-server rules: how to launch each kind, how it says it is ready, how it says it is failing.
 
 Everything that knows SGLang's or vLLM's wording lives in this file, so a new server version means editing
-one table. The watcher (watch.py) applies these rules; it knows no server by name.
+one table. The watcher (pytest_sglang.watch) applies these rules; it knows no server by name.
+
+Every regex here declares, beside it, its *literals*: strings one of which every line it matches holds
+(case-sensitive). The watcher skips a stretch of log that holds none of the literals of any rule still
+pending without running a single regex on it, so a literal set that misses a line the regex matches would
+hide that line: tests/watch/test_watch_literals.py checks every declaration against real logs. A rule with no
+literals declared (a profile's own `ready_pattern`) is tested on every line instead.
 """
 
 from __future__ import annotations
@@ -17,6 +23,15 @@ class PhaseRule:
     name: str  # key in sglang_server.phases
     label: str  # words for the live status line
     pattern: re.Pattern[str]
+    literals: tuple[str, ...] = ()  # every line `pattern` matches holds one of these; (): none declared
+
+
+@dataclass(frozen=True)
+class LinePattern:
+    """A regex searched in each log line, with the literals every line it matches holds."""
+
+    pattern: re.Pattern[str]
+    literals: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -26,24 +41,35 @@ class Kind:
     model_flag: str | None  # dropped from the command when the profile names no model
     ready_pattern: str | None  # regex; None: readiness is the health answer alone
     health_path: str | None  # None: readiness is the log line alone
+    # Asked once the ready line is seen, to confirm HTTP answers; None: the health path. SGLang's /health
+    # sleeps 1 s per call (0.5.23, http_server.py), and its ready line follows a served warmup request.
+    ready_probe_path: str | None = None
     phases: tuple[PhaseRule, ...] = ()
     # Lines that mean the server is failing even though its process is still alive. A traceback is always
     # one; these catch failures that print no traceback of their own (SGLang's parent after a child died).
-    fatal_markers: tuple[re.Pattern[str], ...] = ()
+    fatal_markers: tuple[LinePattern, ...] = ()
     # Shard progress from tqdm bars ("Loading safetensors checkpoint shards:  75% Completed | 48/64").
     progress_pattern: re.Pattern[str] | None = None
+    progress_literals: tuple[str, ...] = ()
+    ready_literals: tuple[str, ...] = ()  # those of ready_pattern
 
 
-def _rule(name: str, label: str, pattern: str) -> PhaseRule:
-    return PhaseRule(name, label, re.compile(pattern))
+def _rule(name: str, label: str, pattern: str, *literals: str) -> PhaseRule:
+    return PhaseRule(name, label, re.compile(pattern), literals)
+
+
+def _marker(pattern: str, *literals: str) -> LinePattern:
+    return LinePattern(re.compile(pattern), literals)
 
 
 # "Loading safetensors checkpoint shards:  75% Completed | 48/64 [...]", "Loading pt checkpoint shards: ...",
-# 0.5.23's "Multi-thread loading shards: 100% Completed | 1/1 [...]".
+# 0.5.23's "Multi-thread loading shards: 100% Completed | 1/1 [...]". The leading word is spelt in its three
+# cases (not under (?i)) so that its literals below are really required.
 _SHARD_PROGRESS = re.compile(
-    r"(?i)\b(?:loading|loaded)\b[^:|]*?(?:shards|weights|safetensors)[^:|]*:"
+    r"\b(?:[Ll]oad(?:ing|ed)|LOAD(?:ING|ED))\b(?i:[^:|]*?(?:shards|weights|safetensors))[^:|]*:"
     r"\s*(\d+)%[^|]*\|[^|]*?\|?\s*(\d+)/(\d+)"
 )
+_SHARD_PROGRESS_LITERALS = ("oading", "oaded", "OADING", "OADED")
 
 SGLANG = Kind(
     name="sglang",
@@ -51,25 +77,33 @@ SGLANG = Kind(
              "--port", "{port}"),
     model_flag="--model-path",
     ready_pattern=r"The server is fired up and ready to roll!",
+    ready_literals=("The server is fired up and ready to roll!",),
     health_path="/health",
+    ready_probe_path="/v1/models",
     phases=(
         _rule("init_distributed", "initialising torch distributed",
-              r"Init torch distributed begin|Init parallel begin"),
-        _rule("load_weights", "loading weights", r"Load weight begin"),
-        _rule("kv_cache", "allocating KV cache", r"KV Cache is allocated"),
-        _rule("cuda_graph", "capturing CUDA graphs", r"Capture (?!draft)(?:\w+ )*?(?:cuda|CUDA) graph begin"),
-        _rule("draft_cuda_graph", "capturing draft CUDA graphs", r"Capture draft (?:\w+ )*?(?:cuda|CUDA) graph begin"),
-        _rule("http_up", "HTTP server up", r"Uvicorn running on|Application startup complete"),
-        _rule("warmup", "warming up", r'"(?:GET /get_model_info|GET /model_info|POST /generate) HTTP'),
+              r"Init torch distributed begin|Init parallel begin", "Init torch distributed begin", "Init parallel begin"),
+        _rule("load_weights", "loading weights", r"Load weight begin", "Load weight begin"),
+        _rule("kv_cache", "allocating KV cache", r"KV Cache is allocated", "KV Cache is allocated"),
+        _rule("cuda_graph", "capturing CUDA graphs", r"Capture (?!draft)(?:\w+ )*?(?:cuda|CUDA) graph begin",
+              " graph begin"),
+        _rule("draft_cuda_graph", "capturing draft CUDA graphs", r"Capture draft (?:\w+ )*?(?:cuda|CUDA) graph begin",
+              "Capture draft "),
+        _rule("http_up", "HTTP server up", r"Uvicorn running on|Application startup complete",
+              "Uvicorn running on", "Application startup complete"),
+        _rule("warmup", "warming up", r'"(?:GET /get_model_info|GET /model_info|POST /generate) HTTP',
+              '"GET /get_model_info HTTP', '"GET /model_info HTTP', '"POST /generate HTTP'),
     ),
     fatal_markers=(
-        re.compile(r"Received sigquit from a child proces"),
-        re.compile(r"SIGQUIT received\."),
-        re.compile(r"Initialization failed\."),
-        re.compile(r"scheduler is dead|scheduler died during initialization"),
-        re.compile(r"[Ww]atchdog timeout"),
+        _marker(r"Received sigquit from a child proces", "Received sigquit from a child proces"),
+        _marker(r"SIGQUIT received\.", "SIGQUIT received."),
+        _marker(r"Initialization failed\.", "Initialization failed."),
+        _marker(r"scheduler is dead|scheduler died during initialization",
+                "scheduler is dead", "scheduler died during initialization"),
+        _marker(r"[Ww]atchdog timeout", "atchdog timeout"),
     ),
     progress_pattern=_SHARD_PROGRESS,
+    progress_literals=_SHARD_PROGRESS_LITERALS,
 )
 
 VLLM = Kind(
@@ -78,23 +112,33 @@ VLLM = Kind(
              "--port", "{port}"),
     model_flag="--model",
     ready_pattern=r"Application startup complete\.",
+    ready_literals=("Application startup complete.",),
     health_path="/health",
     phases=(
-        _rule("init_engine", "initialising engine", r"Initializing an? (?:V\d+ )?(?:LLM )?engine"),
-        _rule("load_weights", "loading weights", r"Starting to load model|Loading weights|Loading safetensors"),
+        _rule("init_engine", "initialising engine", r"Initializing an? (?:V\d+ )?(?:LLM )?engine", "Initializing a"),
+        _rule("load_weights", "loading weights", r"Starting to load model|Loading weights|Loading safetensors",
+              "Starting to load model", "Loading weights", "Loading safetensors"),
         _rule("compile", "compiling the model",
-              r"Warming up model for the compilation|torch\.compile|Compiling a graph|Dynamo bytecode transform"),
-        _rule("kv_cache", "allocating KV cache", r"KV cache size|# (?:GPU|CPU) blocks|Maximum concurrency for"),
-        _rule("cuda_graph", "capturing CUDA graphs", r"Capturing CUDA graph|Capturing cudagraph|Graph capturing"),
-        _rule("http_up", "HTTP server up", r"Starting vLLM (?:API )?server|Available routes are"),
+              r"Warming up model for the compilation|torch\.compile|Compiling a graph|Dynamo bytecode transform",
+              "Warming up model for the compilation", "torch.compile", "Compiling a graph", "Dynamo bytecode transform"),
+        _rule("kv_cache", "allocating KV cache", r"KV cache size|# (?:GPU|CPU) blocks|Maximum concurrency for",
+              "KV cache size", "# GPU blocks", "# CPU blocks", "Maximum concurrency for"),
+        _rule("cuda_graph", "capturing CUDA graphs", r"Capturing CUDA graph|Capturing cudagraph|Graph capturing",
+              "Capturing CUDA graph", "Capturing cudagraph", "Graph capturing"),
+        _rule("http_up", "HTTP server up", r"Starting vLLM (?:API )?server|Available routes are",
+              "Starting vLLM ", "Available routes are"),
     ),
     fatal_markers=(
-        re.compile(r"EngineCore failed to start|Engine core initialization failed"),
-        re.compile(r"Worker failed with error|WorkerProc failed to start|WorkerProc hit an exception"),
-        re.compile(r"EngineCore encountered a fatal error|Exception in worker \S+ while processing method"),
-        re.compile(r"EngineDeadError|AsyncLLM output_handler failed"),
+        _marker(r"EngineCore failed to start|Engine core initialization failed",
+                "EngineCore failed to start", "Engine core initialization failed"),
+        _marker(r"Worker failed with error|WorkerProc failed to start|WorkerProc hit an exception",
+                "Worker failed with error", "WorkerProc failed to start", "WorkerProc hit an exception"),
+        _marker(r"EngineCore encountered a fatal error|Exception in worker \S+ while processing method",
+                "EngineCore encountered a fatal error", "Exception in worker "),
+        _marker(r"EngineDeadError|AsyncLLM output_handler failed", "EngineDeadError", "AsyncLLM output_handler failed"),
     ),
     progress_pattern=_SHARD_PROGRESS,
+    progress_literals=_SHARD_PROGRESS_LITERALS,
 )
 
 GENERIC = Kind(
@@ -103,7 +147,8 @@ GENERIC = Kind(
     model_flag=None,
     ready_pattern=None,
     health_path="/health",
-    phases=(_rule("http_up", "HTTP server up", r"Uvicorn running on|Application startup complete|Listening on"),),
+    phases=(_rule("http_up", "HTTP server up", r"Uvicorn running on|Application startup complete|Listening on",
+                  "Uvicorn running on", "Application startup complete", "Listening on"),),
 )
 
 KINDS: dict[str, Kind] = {k.name: k for k in (SGLANG, VLLM, GENERIC)}

@@ -1,217 +1,138 @@
-"""pytest hooks only: options, fixtures, the per-test liveness check, the terminal summary.
+"""pytest wiring only: options, fixtures, hooks, node id -> test id. The work is in the pytest-free core.
 
-The work happens in the pytest-independent core (profiles -> server -> launch/watch); this file wires it in.
+One plugin object, :class:`SGLangPlugin`, holds the session: the selected profiles, the live server, and the
+session ledger that the summary and the report read.
 """
 
 from __future__ import annotations
 
 import os
 import sys
-import tempfile
-import time
 from collections.abc import Callable, Generator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import pytest
 import requests
 
-from pytest_sglang.errors import PluginError, ServerDiedError, ServerStartupError
-from pytest_sglang.profiles import Profile, ProfileSet, load_profiles
+from pytest_sglang.config.profiles import Profile, ProfileSet, load_profiles
+from pytest_sglang.errors import PluginError, ResultNotFoundError, ServerDiedError
+from pytest_sglang.session import SessionLedger
+from pytest_sglang.settings import Settings, add_options
 
 if TYPE_CHECKING:
     from pytest_sglang.baseline import BaselineChecker, Comparison
     from pytest_sglang.bench import BenchResult
-    from pytest_sglang.report import SessionResults
-    from pytest_sglang.server import SGLangServer
+    from pytest_sglang.server import ServerHandle, StartupRecord
 
+PLUGIN_NAME = "sglang-session"  # "sglang" is this module, registered by the entry point
 URL_PARAM = "url"  # the parametrization id when --sglang-url is given without a profile
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    group = parser.getgroup("sglang", "LLM inference servers (pytest-sglang)")
-    group.addoption(
-        "--sglang-profile", action="append", default=[], metavar="NAME",
-        help="Server profile to run the server tests against; repeat or comma-separate for several "
-             "(one server alive at a time). Profiles: [tool.pytest_sglang.profiles.NAME] in pyproject.toml.",
-    )
-    group.addoption(
-        "--sglang-sim", action="store_true", default=False,
-        help="Launch the bundled SGLang simulator instead of the real server, with the same profile, flags "
-             "and the profile's `sim` knobs: the whole flow without a GPU.",
-    )
-    group.addoption(
-        "--sglang-url", default=None, metavar="URL",
-        help="Test a server that is already running at URL: its health is checked, nothing is launched or "
-             "killed. With --sglang-profile the profile names it (and gives its --api-key).",
-    )
-    group.addoption(
-        "--sglang-startup-timeout", type=float, default=None, metavar="S",
-        help="Seconds to wait for readiness; overrides every profile's startup_timeout (default 1800).",
-    )
-    group.addoption(
-        "--sglang-log-dir", default=None, metavar="DIR",
-        help="Where server logs are written, one PROFILE.log each; kept after the run and shown on failure "
-             "(default: a new folder under the system temp dir).",
-    )
-    group.addoption(
-        "--sglang-config", default=None, metavar="PATH",
-        help="TOML file of profiles as [profiles.NAME] tables, instead of pyproject.toml's "
-             "[tool.pytest_sglang.profiles.NAME].",
-    )
-    group.addoption(
-        "--sglang-reuse", action="store_true", default=False,
-        help="Keep the server running after the session and attach to it next run if its profile is "
-             "unchanged (saves the startup while iterating on tests).",
-    )
-    group.addoption(
-        "--sglang-baseline", default=None, metavar="PATH",
-        help="Baseline file that sglang_baseline.check() compares with (default: .sglang-baselines.json in "
-             "the rootdir; commit it). Keyed by profile, test id and machine (GPUs, driver, server version).",
-    )
-    group.addoption(
-        "--sglang-update-baseline", action="store_true", default=False,
-        help="Record this run's checked figures in the baseline file instead of comparing (safe under "
-             "pytest-xdist: a file lock and an atomic rename).",
-    )
-    group.addoption(
-        "--sglang-baseline-strict", action="store_true", default=False,
-        help="Fail a check that has no baseline for this profile, test and machine (default: pass with a "
-             "note).",
-    )
-    group.addoption(
-        "--sglang-report", default=None, metavar="PATH",
-        help="Write a JSON report of every profile's startup and benchmark figures to PATH (schema: "
-             "docs/report-schema.md), and an HTML page with a tok/s chart next to it (PATH with .html).",
-    )
+    add_options(parser)
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "sglang: test uses an LLM inference server (set by pytest-sglang)")
-    config.pluginmanager.register(SGLangSession(config), "sglang-session")
     config.addinivalue_line("markers", "sglang_compare: compares profiles' results; runs after all others")
-    config.pluginmanager.register(SGLangBench(config), "sglang-bench")
+    config.pluginmanager.register(SGLangPlugin(config), PLUGIN_NAME)
 
 
-@dataclass
-class ServerRecord:
-    """What the terminal summary and the report need to know about one profile's server."""
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config: pytest.Config) -> int | None:
+    if not config.getoption("sglang_stop"):
+        return None
+    from pytest_sglang.server import KeptServers
 
-    profile: str
-    startup_seconds: float | None = None
-    phases: dict[str, float] = field(default_factory=dict)
-    log_path: Path | None = None
-    error: str | None = None
-    reused: bool = False
+    stopped = KeptServers(config.rootpath).stop_all()
+    for line in stopped or ["no kept servers for this rootdir"]:
+        print(f"pytest-sglang --sglang-stop: {'stopped ' if stopped else ''}{line}")
+    return 0
 
 
-class SGLangSession:
-    """Session state: the selected profiles, the one live server, and what each server did."""
+class SGLangPlugin:
+    """Session state: the selected profiles, the one live server, and what each server and benchmark did."""
 
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
-        raw = [n.strip() for opt in config.getoption("sglang_profile") for n in opt.split(",") if n.strip()]
-        self.profile_names: list[str] = list(dict.fromkeys(raw))
-        self.url: str | None = config.getoption("sglang_url")
-        self.sim: bool = config.getoption("sglang_sim")
-        self.reuse: bool = config.getoption("sglang_reuse")
-        self.startup_timeout: float | None = config.getoption("sglang_startup_timeout")
-        self.records: dict[str, ServerRecord] = {}
+        self.settings = Settings.from_config(config)
+        self.ledger = SessionLedger()
         self._profiles: ProfileSet | None = None
         self._log_dir: Path | None = None
+        self._checker: BaselineChecker | None = None
+        self._failure_shown: set[str] = set()
 
-    # -- profiles and parametrization ---------------------------------------------------------------------
+    # Profiles and parametrization.
 
     def profiles(self) -> ProfileSet:
         if self._profiles is None:
-            config_opt = self.config.getoption("sglang_config")
-            config_path = Path(config_opt).resolve() if config_opt else None
-            self._profiles = load_profiles(self.config.rootpath, config_path)
+            self._profiles = load_profiles(self.settings.rootdir, self.settings.config_path)
         return self._profiles
 
     def params(self) -> list[str]:
-        if self.profile_names:
-            return self.profile_names
-        return [URL_PARAM] if self.url else []
+        if self.settings.profiles:
+            return list(self.settings.profiles)
+        return [URL_PARAM] if self.settings.url else []
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionstart(self, session: pytest.Session) -> None:
-        if self.profile_names:
+        problem = self.settings.usage_problem()
+        if problem:
+            raise pytest.UsageError(problem)
+        if self.settings.profiles:
             try:
-                self.profiles().select(self.profile_names)
+                self.profiles().select(list(self.settings.profiles))
             except PluginError as exc:
                 raise pytest.UsageError(str(exc)) from None
 
     def pytest_generate_tests(self, metafunc: pytest.Metafunc) -> None:
-        if "sglang_server" not in metafunc.fixturenames:
-            return
         params = self.params()
-        if params:
+        if "sglang_server" in metafunc.fixturenames and params:
             metafunc.parametrize("sglang_server", params, indirect=True, scope="session", ids=params)
 
+    @pytest.hookimpl(trylast=True)
     def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
         for item in items:
             if "sglang_server" in getattr(item, "fixturenames", ()):
                 item.add_marker("sglang")
+        last = [i for i in items if i.get_closest_marker("sglang_compare")]
+        if last:
+            items[:] = [i for i in items if not i.get_closest_marker("sglang_compare")] + last
 
-    # -- servers --------------------------------------------------------------------------------------------
+    # Servers.
 
-    def log_dir(self) -> Path:
-        if self._log_dir is None:
-            opt = self.config.getoption("sglang_log_dir")
-            if opt:
-                self._log_dir = Path(opt).resolve()
-            else:
-                stamp = time.strftime("%Y%m%d-%H%M%S")
-                self._log_dir = Path(tempfile.gettempdir()) / "pytest-sglang" / f"{stamp}-{os.getpid()}"
-            self._log_dir.mkdir(parents=True, exist_ok=True)
-        return self._log_dir
-
-    def open_server(self, param: str) -> SGLangServer:
-        record = self.records.setdefault(param, ServerRecord(param))
-        try:
-            server = self._open(param)
-        except PluginError as exc:
-            record.error = str(exc)
-            record.log_path = getattr(exc, "log_path", None)
-            raise
-        record.startup_seconds = server.startup_seconds
-        record.phases = dict(server.phases)
-        record.log_path = server.log_path
-        record.reused = server.reused
-        return server
-
-    def _open(self, param: str) -> SGLangServer:
-        # Imported here so that loading the plugin (every pytest run) stays cheap.
-        from pytest_sglang.server import attach_server, plan_launch, start_server
+    def open_server(self, param: str) -> ServerHandle:
+        from pytest_sglang.launch.plan import plan_launch
+        from pytest_sglang.server import KeptServers, attach_server, launch_server
 
         profile = self.profiles().select([param])[0] if param != URL_PARAM else None
-        if self.url:
-            return attach_server(
-                self.url, profile=param, api_key=profile.api_key if profile else None,
-                health_path=(profile.health_path if profile and profile.health_path else "/health"),
-            )
+        name = profile.name if profile else param
+        callbacks: dict[str, Any] = {"on_status": self.status, "on_record": self.ledger.add_startup}
+        if self.settings.url:
+            return attach_server(self.settings.url, profile=name, kind=profile.kind if profile else "sglang",
+                                 health_path=(profile.health_path if profile and profile.health_path else "/health"),
+                                 api_key=profile.api_key if profile else None, **callbacks)
         assert profile is not None
+        self._refuse_one_server_per_worker(profile)
+        if self._log_dir is None:
+            self._log_dir = self.settings.make_log_dir()
+        plan = plan_launch(profile, sim=self.settings.sim, log_dir=self._log_dir,
+                           startup_timeout=self.settings.startup_timeout)
+        if self.settings.reuse:
+            handle = KeptServers(self.settings.rootdir).open(plan, **callbacks)
+            self.ledger.kept.append(f"{name}: pid {handle.pid} on port {handle.port}")
+            return handle
+        self.status(f"[sglang {name}] launching: log {plan.log_path}")
+        return launch_server(plan, **callbacks)
+
+    def _refuse_one_server_per_worker(self, profile: Profile) -> None:
         workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
-        if workers > 1 and not self.sim:
+        if workers > 1 and not self.settings.sim:
             raise PluginError(
                 f"pytest-xdist runs {workers} workers and each would launch its own {profile.kind} server for "
                 f"profile {profile.name!r} (on a GPU box: {workers} copies of the model). Run the server tests "
-                f"with -n 0, or start the server once and pass --sglang-url=URL to every worker."
-            )
-        plan = plan_launch(profile, sim=self.sim, log_dir=self.log_dir(), startup_timeout=self.startup_timeout)
-        if self.reuse:
-            from pytest_sglang.reuse import ReuseStore
-
-            return ReuseStore(self.config).open(plan, sim=self.sim, on_status=self.status)
-        self.status(f"[sglang {profile.name}] launching: log {plan.log_path}")
-        return start_server(plan, on_status=self.status)
-
-    def close_server(self, server: SGLangServer, profile: Profile | None) -> None:
-        if self.reuse and server.config is not None:
-            return  # kept for the next run; ReuseStore recorded it
-        server.stop(grace=profile.shutdown_grace if profile else 30.0)
+                f"with -n 0, or start the server once and pass --sglang-url=URL to every worker.")
 
     def status(self, text: str) -> None:
         """A live line during a long startup, shown even while output is captured."""
@@ -224,18 +145,26 @@ class SGLangSession:
             reporter.ensure_newline()
             reporter.write_line(text)
 
-    # -- liveness during the session ------------------------------------------------------------------------
+    def record_of(self, item: pytest.Item) -> StartupRecord | None:
+        callspec = getattr(item, "callspec", None)
+        param = callspec.params.get("sglang_server") if callspec is not None else None
+        return self.ledger.startups.get(param) if isinstance(param, str) else None
+
+    # Each test that uses the server: liveness first, its crash reported as such, junit properties.
 
     @pytest.hookimpl(wrapper=True, tryfirst=True)
     def pytest_runtest_call(self, item: pytest.Item) -> Generator[None, object, object]:
         server = getattr(item, "funcargs", {}).get("sglang_server")
         if server is None or not hasattr(server, "check_alive"):
             return (yield)
+        item.user_properties.extend(_junit_startup(server.record))
         died = _death_of(server)
         if died is not None:
             pytest.fail(str(died), pytrace=False)
         try:
             return (yield)
+        except ServerDiedError as exc:
+            _fail_with(exc)
         except Exception as exc:
             # A request that broke mid-test (a reset socket, vLLM's 500 as its engine dies) is usually the crash
             # itself: report the crash, not the symptom. Other failures pass through untouched.
@@ -249,132 +178,108 @@ class SGLangSession:
             seen = f"{type(exc).__name__}: {exc}"
         pytest.fail(f"{died}\n\n(The test itself saw: {seen})", pytrace=False)
 
-    # -- summary --------------------------------------------------------------------------------------------
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[
+            None, pytest.TestReport, pytest.TestReport]:
+        report = yield
+        record = self.record_of(item)
+        if report.when == "setup" and report.failed and record is not None and record.outcome == "failed":
+            # The whole diagnosis once; every later test of this profile says in one line why.
+            if record.profile in self._failure_shown:
+                report.longrepr = (f"[sglang {record.profile}] the server for this profile failed to start (the "
+                                   f"first test that used it shows the whole diagnosis): {record.cause or ''}")
+            self._failure_shown.add(record.profile)
+        return report
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if report.when == "call" or (report.when == "setup" and not report.passed):
+            self.ledger.set_outcome(report.nodeid, report.outcome)
+
+    # Summary and reports.
 
     def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
-        if not self.records:
+        from pytest_sglang.report import terminal_lines
+
+        if self.ledger.startups:
+            terminalreporter.section("sglang servers")
+            for record in self.ledger.startups.values():
+                terminalreporter.write_line(record.summary())
+            for kept in self.ledger.kept:
+                terminalreporter.write_line(f"kept: {kept}; stop it with `pytest --sglang-stop`")
+        if self.ledger.benches or self.ledger.startup_checks:
+            terminalreporter.section("sglang benchmarks")
+            for line in terminal_lines(self.report()):
+                terminalreporter.write_line(line)
+            for note in self.ledger.notes:
+                terminalreporter.write_line(f"note: {note}")
+
+    def report(self) -> dict[str, object]:
+        from pytest_sglang.report import build_report
+
+        checker = self._checker
+        return build_report(self.ledger, machine=checker.machine(None) if checker else None,
+                            commit=checker.commit if checker else None,
+                            baseline_path=str(checker.store.path) if checker else None)
+
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        from pytest_sglang.report import append_step_summary, write_html, write_json
+
+        path = self.settings.report_path
+        if not path and not (self.ledger.benches and os.environ.get("GITHUB_STEP_SUMMARY")):
             return
-        terminalreporter.section("sglang servers")
-        for record in self.records.values():
-            terminalreporter.write_line(_summary_line(record))
+        report = self.report()
+        if path:
+            json_path = write_json(path, report)
+            write_html(json_path.with_suffix(".html"), report)
+        if self.ledger.benches:
+            append_step_summary(report)
 
-
-def _fail_with(exc: BaseException) -> NoReturn:
-    """Fail with our message alone: no traceback of the plugin, no "During handling of..." chain."""
-    raise pytest.fail.Exception(str(exc), pytrace=False) from None
-
-
-def _death_of(server: SGLangServer, wait: float = 0.0) -> ServerDiedError | None:
-    try:
-        server.check_alive(wait=wait)
-    except ServerDiedError as exc:
-        return exc
-    return None
-
-
-def _summary_line(record: ServerRecord) -> str:
-    if record.error is not None:
-        first = record.error.splitlines()[0]
-        return f"{record.profile}: FAILED TO START: {first}" + (f" (log: {record.log_path})" if record.log_path else "")
-    if record.reused:
-        return f"{record.profile}: reused a running server (started in {record.startup_seconds:.1f} s)"
-    if not record.phases:
-        return f"{record.profile}: attached to a running server"
-    order = sorted(record.phases.items(), key=lambda kv: kv[1])
-    steps = []
-    previous_name, previous_at = "launch", 0.0
-    for name, at in order:
-        steps.append(f"{previous_name} {at - previous_at:.1f}s")
-        previous_name, previous_at = name, at
-    return f"{record.profile}: ready in {record.startup_seconds:.1f} s  [" + " | ".join(steps) + "]"
-
-
-def _session(config: pytest.Config) -> SGLangSession:
-    plugin = config.pluginmanager.get_plugin("sglang-session")
-    assert isinstance(plugin, SGLangSession)
-    return plugin
-
-
-@pytest.fixture(scope="session")
-def sglang_server(request: pytest.FixtureRequest) -> Generator[SGLangServer, None, None]:
-    """A ready server for the current profile (session scope, one per --sglang-profile, one alive at a time).
-
-    Attributes: base_url, host, port, profile, startup_seconds, phases, log_path, url(path), check_alive().
-    """
-    session = _session(request.config)
-    param = getattr(request, "param", None)
-    if param is None:
-        known = ", ".join(sorted(session.profiles().profiles)) or "none defined"
-        pytest.skip(f"no server selected: pass --sglang-profile=NAME (known: {known}) or --sglang-url=URL")
-    try:
-        server = session.open_server(param)
-    except (ServerStartupError, PluginError) as exc:
-        _fail_with(exc)
-    try:
-        yield server
-    finally:
-        session.close_server(server, server.config)
-
-
-# -- benchmarks, baselines, reports: the work is in bench.py, baseline.py and report.py -----------------------
-
-
-class SGLangBench:
-    """Session state behind sglang_bench, sglang_baseline and sglang_results, and the report at the end."""
-
-    def __init__(self, config: pytest.Config) -> None:
-        from pytest_sglang.report import SessionResults
-
-        self.config = config
-        self.results = SessionResults()
-        self.notes: list[str] = []  # from checks of startup_seconds, which belong to no benchmark
-        self._checker: BaselineChecker | None = None
-        self._labels: dict[str, str | None] = {}
+    # Benchmarks and baselines.
 
     @property
     def checker(self) -> BaselineChecker:
         if self._checker is None:
             from pytest_sglang.baseline import DEFAULT_FILENAME, BaselineChecker, BaselineStore, git_commit
 
-            opt = self.config.getoption("sglang_baseline")
-            path = Path(opt).resolve() if opt else self.config.rootpath / DEFAULT_FILENAME
+            s = self.settings
             self._checker = BaselineChecker(
-                BaselineStore(path), update=self.config.getoption("sglang_update_baseline"),
-                strict=self.config.getoption("sglang_baseline_strict"), commit=git_commit(self.config.rootpath))
+                BaselineStore(s.baseline_path or s.rootdir / DEFAULT_FILENAME), update=s.update_baseline,
+                strict=s.baseline_strict, commit=git_commit(s.rootdir))
         return self._checker
 
-    def server_label(self, server: SGLangServer) -> str | None:
+    def server_label(self, server: ServerHandle) -> str | None:
         """``"sglang 0.5.2"``: part of the machine fingerprint; asked of the server once per profile."""
-        if server.profile not in self._labels:
-            from pytest_sglang.client import Client
+        if server.profile not in self.ledger.server_versions:
+            from pytest_sglang.bench.client import Client
 
             with Client(server.base_url, api_key=server.api_key, timeout=30) as client:
                 version = client.version()
-            self._labels[server.profile] = f"{server.kind} {version}" if version else server.kind
-        return self._labels[server.profile]
+            self.ledger.server_versions[server.profile] = f"{server.kind} {version}" if version else server.kind
+        return self.ledger.server_versions[server.profile]
 
-    def run(self, request: pytest.FixtureRequest, server: SGLangServer, **kwargs: object) -> BenchResult:
-        from pytest_sglang.bench import BenchmarkFailedError, run_bench
-        from pytest_sglang.report import ServerEntry, junit_properties, strip_param
+    def run_bench(self, request: pytest.FixtureRequest, server: ServerHandle, **kwargs: Any) -> BenchResult:
+        from pytest_sglang.bench import run_bench
+        from pytest_sglang.errors import BenchmarkFailedError
+        from pytest_sglang.report import junit_properties
 
-        self.results.add_server(ServerEntry(server.profile, kind=server.kind, model=server.model,
-                                            server_version=self.server_label(server)))
+        self.server_label(server)
+        test_id = strip_param(request.node.nodeid, server.profile)
         try:
-            result = run_bench(server, **kwargs)  # type: ignore[arg-type]
+            result = run_bench(server, **kwargs)
         except BenchmarkFailedError as exc:
             if exc.result is not None:
-                self.results.add_bench(server.profile, strip_param(request.node.nodeid, server.profile),
-                                       request.node.nodeid, exc.result)
+                self.ledger.add_bench(server.profile, test_id, request.node.nodeid, exc.result)
+            server.check_alive(wait=5.0)  # requests that failed as the server died: report the death
             _fail_with(exc)
-        self.results.add_bench(server.profile, strip_param(request.node.nodeid, server.profile),
-                               request.node.nodeid, result)
+        if result.connection_errors:
+            server.check_alive(wait=5.0)
+        self.ledger.add_bench(server.profile, test_id, request.node.nodeid, result)
         request.node.user_properties.extend(junit_properties(result))
         return result
 
     def check(self, request: pytest.FixtureRequest, result: object, tolerances: dict[str, str | float]
               ) -> Comparison:
         from pytest_sglang.errors import BaselineError
-        from pytest_sglang.report import strip_param
 
         server: Any = result if hasattr(result, "base_url") and hasattr(result, "startup_seconds") else None
         if server is None and "sglang_server" in request.fixturenames:
@@ -383,18 +288,21 @@ class SGLangBench:
         if not profile:
             pytest.fail("sglang_baseline.check() needs a result of sglang_bench or the sglang_server handle",
                         pytrace=False)
-        label = self.server_label(server) if server is not None else self._labels.get(profile)
+        if server is not None and result is server and getattr(server, "startup_seconds", 0.0) is None:
+            pytest.skip(f"profile {profile!r}: this run did not start the server (--sglang-url), so it has no "
+                        "startup time to check or record")
+        label = self.server_label(server) if server is not None else self.ledger.server_versions.get(profile)
         try:
             comp = self.checker.check(result, tolerances, profile=profile,
                                       test_id=strip_param(request.node.nodeid, profile), server=label)
         except BaselineError as exc:
             _fail_with(exc)
-        entries = [b for b in self.results.entry_for(request.node.nodeid) if b.result is result]
+        entries = [b for b in self.ledger.entries_for(request.node.nodeid) if b.result is result]
         if entries:
             entries[-1].comparisons.append(comp)  # its notes reach the summary through the report
         else:
-            self.results.server_checks.append(comp)
-            self.notes.extend(f"{request.node.nodeid}: {n}" for n in comp.notes)
+            self.ledger.startup_checks.append(comp)
+            self.ledger.notes.extend(f"{request.node.nodeid}: {n}" for n in comp.notes)
         for check in comp.checks:
             if check.baseline is not None:
                 request.node.user_properties.append((f"sglang_baseline_{check.metric}", check.baseline))
@@ -402,102 +310,165 @@ class SGLangBench:
             pytest.fail(comp.failure_message(), pytrace=False)
         return comp
 
-    @pytest.hookimpl(trylast=True)
-    def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
-        last = [i for i in items if i.get_closest_marker("sglang_compare")]
-        if last:
-            items[:] = [i for i in items if not i.get_closest_marker("sglang_compare")] + last
 
-    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        if report.when == "call" or (report.when == "setup" and not report.passed):
-            for entry in self.results.entry_for(report.nodeid):
-                entry.outcome = report.outcome
-
-    def report(self) -> dict[str, object]:
-        from pytest_sglang.report import ServerEntry, build_report
-
-        for name, rec in _session(self.config).records.items():
-            old = self.results.servers.get(name) or ServerEntry(name)
-            old.startup_seconds, old.phases, old.error = rec.startup_seconds, dict(rec.phases), rec.error
-            old.log_path = str(rec.log_path) if rec.log_path else None
-            self.results.servers[name] = old
-        checker = self._checker
-        return build_report(self.results, machine=checker.machine(None) if checker else None,
-                            commit=checker.commit if checker else None,
-                            baseline_path=str(checker.store.path) if checker else None)
-
-    def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
-        from pytest_sglang.report import terminal_lines
-
-        if not self.results.benches and not self.results.server_checks:
-            return
-        terminalreporter.section("sglang benchmarks")
-        for line in terminal_lines(self.report()):
-            terminalreporter.write_line(line)
-        for note in self.notes:
-            terminalreporter.write_line(f"note: {note}")
-
-    def pytest_sessionfinish(self, session: pytest.Session) -> None:
-        from pytest_sglang.report import append_step_summary, write_html, write_json
-
-        path = self.config.getoption("sglang_report")
-        if not path and not (self.results.benches and os.environ.get("GITHUB_STEP_SUMMARY")):
-            return
-        report = self.report()
-        if path:
-            json_path = write_json(path, report)
-            write_html(json_path.with_suffix(".html"), report)
-        if self.results.benches:
-            append_step_summary(report)
+def strip_param(nodeid: str, param: str | None) -> str:
+    """``tests/t.py::test_x[eagle3-128]`` -> ``tests/t.py::test_x[128]`` for profile ``eagle3``."""
+    if not param or not nodeid.endswith("]") or "[" not in nodeid:
+        return nodeid
+    head, _, inner = nodeid[:-1].partition("[")
+    parts = inner.split("-")
+    if param in parts:
+        parts.remove(param)
+    elif inner.startswith(param + "-") or inner.endswith("-" + param) or inner == param:
+        inner = inner.replace(param, "", 1).strip("-")
+        parts = [inner] if inner else []
+    return f"{head}[{'-'.join(parts)}]" if parts else head
 
 
-def _bench(config: pytest.Config) -> SGLangBench:
-    plugin = config.pluginmanager.get_plugin("sglang-bench")
-    assert isinstance(plugin, SGLangBench)
+def _junit_startup(record: StartupRecord) -> list[tuple[str, object]]:
+    props: list[tuple[str, object]] = [("sglang_profile", record.profile), ("sglang_origin", record.origin)]
+    if record.startup_seconds is not None:
+        props.append(("sglang_startup_seconds", round(record.startup_seconds, 3)))
+    props += [(f"sglang_phase_{name}", round(at, 3)) for name, at in record.phases.items()]
+    return props
+
+
+def _fail_with(exc: BaseException) -> NoReturn:
+    """Fail with our message alone: no traceback of the plugin, no "During handling of..." chain."""
+    raise pytest.fail.Exception(str(exc), pytrace=False) from None
+
+
+def _death_of(server: ServerHandle, wait: float = 0.0) -> ServerDiedError | None:
+    try:
+        server.check_alive(wait=wait)
+    except ServerDiedError as exc:
+        return exc
+    return None
+
+
+def _plugin(config: pytest.Config) -> SGLangPlugin:
+    plugin = config.pluginmanager.get_plugin(PLUGIN_NAME)
+    assert isinstance(plugin, SGLangPlugin)
     return plugin
+
+
+class ResultsView:
+    """The ``sglang_results`` fixture: the session's benchmark results, with a test's semantics. A profile
+    that did not run skips with the reason; a failed comparison fails with its message alone."""
+
+    def __init__(self, plugin: SGLangPlugin) -> None:
+        self._plugin = plugin
+        self._ledger = plugin.ledger
+
+    @property
+    def profiles(self) -> list[str]:
+        return self._ledger.profiles
+
+    def find(self, profile: str, test: str) -> BenchResult | None:
+        return self._ledger.find(profile, test)
+
+    def get(self, profile: str, test: str) -> BenchResult:
+        self._skip_unless_ran(profile)
+        try:
+            return self._ledger.get(profile, test)
+        except ResultNotFoundError as exc:
+            _fail_with(exc)
+
+    def compare(self, better: str, other: str, test: str, **margins: str | float) -> dict[str, float]:
+        """Fail unless profile ``better`` beats ``other`` on ``test`` by each margin (e.g.
+        ``output_throughput="10%"``); returns the signed changes in percent (positive: ``better`` is better)."""
+        for profile in (better, other):
+            self._skip_unless_ran(profile)
+        try:
+            return self._ledger.compare(better, other, test, **margins)
+        except (ResultNotFoundError, PluginError, AssertionError) as exc:
+            _fail_with(exc)
+
+    def _skip_unless_ran(self, profile: str) -> None:
+        selected = self._plugin.params()
+        if profile not in selected:
+            pytest.skip(f"profile {profile!r} did not run in this session (selected: {', '.join(selected) or 'none'}"
+                        f"); pass --sglang-profile={','.join(dict.fromkeys([*selected, profile]))} to compare it")
+        record = self._ledger.startups.get(profile)
+        if record is not None and not record.ready:
+            pytest.skip(f"profile {profile!r}: its server did not start ({record.cause or record.outcome})")
+
+
+@pytest.fixture(scope="session")
+def sglang_server(request: pytest.FixtureRequest) -> Generator[ServerHandle, None, None]:
+    """A ready server for the current profile (session scope, one per --sglang-profile, one alive at a time).
+
+    Attributes: base_url, host, port, profile, startup_seconds, phases, log_path, pid, url(path), check_alive().
+    """
+    plugin = _plugin(request.config)
+    param = getattr(request, "param", None)
+    if param is None:
+        try:
+            known = ", ".join(sorted(plugin.profiles().profiles)) or "none defined"
+        except PluginError:
+            known = "see --sglang-config or pyproject.toml"
+        pytest.skip(f"no server selected: pass --sglang-profile=NAME (known: {known}) or --sglang-url=URL")
+    try:
+        server = plugin.open_server(param)
+    except PluginError as exc:
+        if param not in plugin.ledger.startups:
+            plugin.ledger.add_startup(_failed_before_launch(param, exc))
+        _fail_with(exc)
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+def _failed_before_launch(profile: str, exc: PluginError) -> StartupRecord:
+    from pytest_sglang.server import StartupRecord
+
+    text = str(exc)
+    return StartupRecord(profile=profile, kind="unknown", origin="launched", outcome="failed", host="", port=0,
+                         error=text, cause=text.splitlines()[0] if text else None)
+
+
+@pytest.fixture(scope="session")
+def sglang_results(request: pytest.FixtureRequest) -> ResultsView:
+    """Every benchmark result of this session by profile: ``.get(profile, test)``, and
+    ``.compare("eagle3", "baseline", "test_x", output_throughput="10%")`` in a test marked
+    ``@pytest.mark.sglang_compare`` (such tests run after all others)."""
+    return ResultsView(_plugin(request.config))
+
+
+@pytest.fixture
+def sglang_bench(request: pytest.FixtureRequest, sglang_server: ServerHandle) -> Callable[..., BenchResult]:
+    """``sglang_bench(num_requests=64, concurrency=None, request_rate=inf, input_len=128, output_len=128,
+    api="completions"|"chat"|"generate", warmup=1, seed=0, ...)`` streams requests at the profile's server
+    and returns a BenchResult named as sglang.bench_serving names its figures (see pytest_sglang.bench)."""
+    plugin = _plugin(request.config)
+
+    def bench(**kwargs: Any) -> BenchResult:
+        return plugin.run_bench(request, sglang_server, **kwargs)
+
+    return bench
 
 
 class BaselineFixture:
     """The ``sglang_baseline`` fixture: ``check(result, output_throughput="5%", median_ttft_ms="10%")``."""
 
-    def __init__(self, request: pytest.FixtureRequest, state: SGLangBench) -> None:
+    def __init__(self, request: pytest.FixtureRequest, plugin: SGLangPlugin) -> None:
         self._request = request
-        self._state = state
+        self._plugin = plugin
 
     @property
     def updating(self) -> bool:
-        return self._state.checker.update
+        return self._plugin.checker.update
 
     def check(self, result: object, **tolerances: str | float) -> Comparison:
         """Compare ``result`` (of sglang_bench, or sglang_server for startup_seconds) with the baseline of
         this profile, test and machine; fails the test on a regression. Tolerances: "5%" or an absolute
         amount. Under --sglang-update-baseline it records instead."""
-        return self._state.check(self._request, result, tolerances)
-
-
-@pytest.fixture(scope="session")
-def sglang_results(request: pytest.FixtureRequest) -> SessionResults:
-    """Every benchmark result of this session by profile: ``.get(profile, test)``, and
-    ``.compare("eagle3", "baseline", "test_x", output_throughput="10%")`` in a test marked
-    ``@pytest.mark.sglang_compare`` (such tests run after all others)."""
-    return _bench(request.config).results
-
-
-@pytest.fixture
-def sglang_bench(request: pytest.FixtureRequest, sglang_server: SGLangServer) -> Callable[..., BenchResult]:
-    """``sglang_bench(num_requests=64, concurrency=None, request_rate=inf, input_len=128, output_len=128,
-    api="completions"|"chat"|"generate", warmup=1, seed=0, ...)`` streams requests at the profile's server
-    and returns a BenchResult named as sglang.bench_serving names its figures (see pytest_sglang.bench)."""
-    state = _bench(request.config)
-
-    def bench(**kwargs: object) -> BenchResult:
-        return state.run(request, sglang_server, **kwargs)
-
-    return bench
+        return self._plugin.check(self._request, result, tolerances)
 
 
 @pytest.fixture
 def sglang_baseline(request: pytest.FixtureRequest) -> BaselineFixture:
     """``sglang_baseline.check(result, output_throughput="5%")``: direction-aware regression check against
     the committed baseline file; records instead under --sglang-update-baseline."""
-    return BaselineFixture(request, _bench(request.config))
+    return BaselineFixture(request, _plugin(request.config))

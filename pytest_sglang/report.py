@@ -1,24 +1,22 @@
 """What a session measured, as a JSON report, a terminal table, a GitHub step-summary table and an HTML page.
 
-Knows nothing about pytest: the plugin feeds :class:`SessionResults` (servers, benchmark results, baseline
-comparisons) and calls the writers at the end. The JSON schema is documented in docs/report-schema.md.
+Knows nothing about pytest: it reads the session ledger (startup records, benchmark results, baseline
+comparisons) when the plugin asks for the report at the end. The JSON schema is documented in docs/report-schema.md.
 """
 
 from __future__ import annotations
 
 import html
 import json
-import math
 import os
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from pytest_sglang.baseline import Comparison, Machine, Tolerance, direction, fmt_value
+from pytest_sglang.baseline import Comparison, Machine
 from pytest_sglang.bench import BenchResult
-from pytest_sglang.errors import ProfileComparisonError
+from pytest_sglang.session import SessionLedger
 
 SCHEMA = "pytest-sglang-report"
 SCHEMA_VERSION = 1
@@ -26,125 +24,6 @@ SCHEMA_VERSION = 1
 # The figures shown per benchmark in the tables and recorded as junitxml properties.
 HEADLINE = ("output_throughput", "median_ttft_ms", "p99_ttft_ms", "median_itl_ms", "median_e2e_latency_ms",
             "accept_length")
-
-
-@dataclass
-class BenchEntry:
-    profile: str
-    test_id: str  # the node id without the profile parameter: the baseline key
-    nodeid: str
-    result: BenchResult
-    comparisons: list[Comparison] = field(default_factory=list)
-    outcome: str | None = None  # "passed", "failed", ... once the test has finished
-
-
-@dataclass
-class ServerEntry:
-    profile: str
-    kind: str | None = None
-    model: str | None = None
-    server_version: str | None = None
-    startup_seconds: float | None = None
-    phases: dict[str, float] = field(default_factory=dict)
-    log_path: str | None = None
-    error: str | None = None
-
-
-class SessionResults:
-    """Everything measured in this session, keyed by profile; also the ``sglang_results`` fixture's value.
-
-    ``sglang_results.get("eagle3", "test_throughput")`` returns the BenchResult that test recorded for the
-    eagle3 profile in this session; ``sglang_results.compare("eagle3", "baseline", "test_throughput",
-    output_throughput="10%")`` fails unless eagle3 is at least 10 % better (direction-aware).
-    """
-
-    def __init__(self) -> None:
-        self.servers: dict[str, ServerEntry] = {}
-        self.benches: list[BenchEntry] = []
-        self.server_checks: list[Comparison] = []
-
-    # -- feeding --------------------------------------------------------------------------------------------
-
-    def add_server(self, entry: ServerEntry) -> None:
-        old = self.servers.get(entry.profile)
-        if old is not None and old.server_version and not entry.server_version:
-            entry.server_version = old.server_version
-        self.servers[entry.profile] = entry
-
-    def add_bench(self, profile: str, test_id: str, nodeid: str, result: BenchResult) -> BenchEntry:
-        entry = BenchEntry(profile, test_id, nodeid, result)
-        self.benches.append(entry)
-        return entry
-
-    def entry_for(self, nodeid: str) -> list[BenchEntry]:
-        return [b for b in self.benches if b.nodeid == nodeid]
-
-    # -- reading --------------------------------------------------------------------------------------------
-
-    @property
-    def profiles(self) -> list[str]:
-        return list(dict.fromkeys([*self.servers, *(b.profile for b in self.benches)]))
-
-    def find(self, profile: str, test: str) -> BenchResult | None:
-        """The last result of ``test`` (a test id, a node id, or a test function name) under ``profile``."""
-        for b in reversed(self.benches):
-            if b.profile != profile:
-                continue
-            name = b.test_id.rsplit("::", 1)[-1]
-            if test in (b.test_id, b.nodeid, name) or b.test_id.endswith("::" + test):
-                return b.result
-        return None
-
-    def get(self, profile: str, test: str) -> BenchResult:
-        found = self.find(profile, test)
-        if found is None:
-            ran = sorted({f"{b.profile}: {b.test_id}" for b in self.benches}) or ["nothing"]
-            raise KeyError(f"no benchmark result for test {test!r} under profile {profile!r} in this session "
-                           f"(recorded: {'; '.join(ran)})")
-        return found
-
-    def compare(self, better: str, other: str, test: str, **margins: str | float) -> dict[str, float]:
-        """Assert that profile ``better`` beats profile ``other`` on ``test`` by each metric's margin
-        ("10%" relative or an absolute amount; "0%" means at least as good). Returns the signed relative
-        changes in percent (positive: ``better`` is better)."""
-        a, b = self.get(better, test), self.get(other, test)
-        changes: dict[str, float] = {}
-        failures = []
-        for metric, raw in (margins or {"output_throughput": "0%"}).items():
-            tol = Tolerance.parse(metric, raw)
-            d = direction(metric)
-            va, vb = getattr(a, metric), getattr(b, metric)
-            if va is None or vb is None:
-                failures.append(f"{metric}: {better}={va}, {other}={vb}: cannot compare")
-                continue
-            gain = (va - vb) if d == "higher" else (vb - va)
-            changes[metric] = gain / abs(vb) * 100.0 if vb else math.inf
-            needed = tol.allowed(vb)
-            line = (f"{metric}: {better} {fmt_value(metric, va)} vs {other} {fmt_value(metric, vb)} "
-                    f"({changes[metric]:+.1f}%, {'higher' if d == 'higher' else 'lower'} is better)")
-            if gain < needed:
-                failures.append(f"{line}; needed a margin of {tol}")
-        if failures:
-            raise ProfileComparisonError(f"{better} does not beat {other} on {test}:\n  " + "\n  ".join(failures))
-        return changes
-
-
-def strip_param(nodeid: str, param: str | None) -> str:
-    """``tests/t.py::test_x[eagle3-128]`` -> ``tests/t.py::test_x[128]`` for profile ``eagle3``."""
-    if not param or not nodeid.endswith("]") or "[" not in nodeid:
-        return nodeid
-    head, _, inner = nodeid[:-1].partition("[")
-    parts = inner.split("-")
-    if param in parts:
-        parts.remove(param)
-    elif inner.startswith(param + "-") or inner.endswith("-" + param) or inner == param:
-        inner = inner.replace(param, "", 1).strip("-")
-        parts = [inner] if inner else []
-    return f"{head}[{'-'.join(parts)}]" if parts else head
-
-
-# --------------------------------------------------------------------------------------------------------
-# The report
 
 
 def _baseline_view(comps: Iterable[Comparison]) -> dict[str, Any]:
@@ -161,20 +40,22 @@ def _baseline_view(comps: Iterable[Comparison]) -> dict[str, Any]:
     return view
 
 
-def build_report(results: SessionResults, *, machine: Machine | None = None, commit: str | None = None,
+def build_report(ledger: SessionLedger, *, machine: Machine | None = None, commit: str | None = None,
                  baseline_path: str | None = None, created: datetime | None = None) -> dict[str, Any]:
     profiles: dict[str, Any] = {}
-    for name in results.profiles:
-        server = results.servers.get(name) or ServerEntry(name)
-        server_checks = [c for c in results.server_checks if c.profile == name]
+    for name in ledger.profiles:
+        record = ledger.startups.get(name)
+        server_checks = [c for c in ledger.startup_checks if c.profile == name]
         profiles[name] = {
-            "kind": server.kind,
-            "model": server.model,
-            "server_version": server.server_version,
-            "startup_seconds": server.startup_seconds,
-            "phases": dict(server.phases),
-            "log_path": server.log_path,
-            "error": server.error,
+            "kind": record.kind if record else None,
+            "model": record.model if record else None,
+            "server_version": ledger.server_versions.get(name),
+            "origin": record.origin if record else None,
+            "outcome": record.outcome if record else None,
+            "startup_seconds": record.startup_seconds if record else None,
+            "phases": dict(record.phases) if record else {},
+            "log_path": str(record.log_path) if record and record.log_path else None,
+            "error": record.error if record and not record.ready else None,
             "startup_baseline": _baseline_view(server_checks).get("startup_seconds"),
             "benchmarks": [
                 {
@@ -185,7 +66,7 @@ def build_report(results: SessionResults, *, machine: Machine | None = None, com
                     "baseline": _baseline_view(b.comparisons),
                     "notes": [n for c in b.comparisons for n in c.notes],
                 }
-                for b in results.benches if b.profile == name
+                for b in ledger.benches if b.profile == name
             ],
         }
     return {
@@ -209,8 +90,6 @@ def write_json(path: str | Path, report: dict[str, Any]) -> Path:
     return path
 
 
-# --------------------------------------------------------------------------------------------------------
-# Tables
 
 
 def _fmt(value: Any, digits: int = 1) -> str:
@@ -309,8 +188,6 @@ def junit_properties(result: BenchResult, comparisons: Iterable[Comparison] = ()
     return props
 
 
-# --------------------------------------------------------------------------------------------------------
-# The picture: an HTML page with inline SVG, no dependency
 
 
 def html_page(report: dict[str, Any]) -> str:

@@ -9,9 +9,11 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 
+import psutil
 import pytest
 from helpers import marked_processes, profile_toml, wait_for_no_processes
 
@@ -232,24 +234,58 @@ def test_pytest_killed_outright_still_leaves_nothing(pytester: pytest.Pytester, 
     assert not wait_for_no_processes(mark, timeout=15), "the reaper did not clean up after a killed pytest"
 
 
-def test_attach_with_url_launches_and_kills_nothing(pytester: pytest.Pytester, mark: str, tmp_path: Path) -> None:
+@pytest.fixture
+def running_sim(mark: str, tmp_path: Path) -> Iterator[str]:
+    """A simulator started by hand, as a user's own server: its base URL."""
     port = _free_port()
     env = {**os.environ, "TEST_MARK": mark, "PYTEST_SGLANG_SIM": '{"startup_seconds": 0.3}'}
     log = open(tmp_path / "sim.log", "wb")  # noqa: SIM115 - closed below
     sim = subprocess.Popen([sys.executable, "-m", "pytest_sglang.sim", "--model-path", "m", "--port", str(port)],
                            env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        pytester.makepyfile(test_user="def test_attached(sglang_server):\n"
-                                      "    assert sglang_server.startup_seconds == 0.0\n"
-                                      "    assert sglang_server.pid is None\n")
-        result = run(pytester, f"--sglang-url=http://127.0.0.1:{port}")
-        result.assert_outcomes(passed=1)
+        yield f"http://127.0.0.1:{port}"
         assert sim.poll() is None, "an attached server must not be killed"
-        result.stdout.fnmatch_lines(["*url: attached to a running server*"])
     finally:
         os.killpg(sim.pid, signal.SIGKILL)
         sim.wait()
         log.close()
+
+
+def test_attach_with_url_launches_and_kills_nothing(pytester: pytest.Pytester, running_sim: str) -> None:
+    pytester.makepyfile(test_user="def test_attached(sglang_server):\n"
+                                  "    assert sglang_server.startup_seconds is None\n"
+                                  "    assert sglang_server.phases == {}\n"
+                                  "    assert sglang_server.pid is None\n")
+    result = run(pytester, f"--sglang-url={running_sim}")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*url: attached to a running server at http://127.0.0.1:* (startup not measured)"])
+
+
+def test_attached_startup_is_never_checked_or_recorded(pytester: pytest.Pytester, running_sim: str) -> None:
+    pytester.makepyfile(test_user="def test_startup(sglang_server, sglang_baseline):\n"
+                                  "    sglang_baseline.check(sglang_server, startup_seconds='20%')\n")
+    baseline = pytester.path / "baseline.json"
+    result = run(pytester, f"--sglang-url={running_sim}", f"--sglang-baseline={baseline}",
+                 "--sglang-update-baseline", "-rs")
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines(["*this run did not start the server (--sglang-url)*no startup time*"])
+    assert not baseline.exists(), "nothing may be recorded from an attached server"
+
+
+def test_url_with_a_path_says_to_drop_it(pytester: pytest.Pytester, running_sim: str) -> None:
+    pytester.makepyfile(test_user=READY_TEST)
+    result = run(pytester, f"--sglang-url={running_sim}/v1")
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines([f"*--sglang-url={running_sim}/v1 has a path (/v1): give the server's root, "
+                                 f"--sglang-url={running_sim};*"])
+    assert result.duration < 8, "a wrong path must not wait out the attach timeout"
+
+
+def test_url_with_several_profiles_is_a_usage_error(pytester: pytest.Pytester, mark: str) -> None:
+    project(pytester, profile_toml("a", mark) + profile_toml("b", mark))
+    result = run(pytester, "--sglang-url=http://127.0.0.1:1", "--sglang-profile=a,b")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--sglang-url names one running server, but 2 profiles were selected (a, b)*"])
 
 
 def test_url_that_does_not_answer_is_a_clear_error(pytester: pytest.Pytester) -> None:
@@ -266,13 +302,37 @@ def test_reuse_attaches_to_the_kept_server_next_run(pytester: pytest.Pytester, m
     try:
         kept = marked_processes(mark)
         assert kept, "--sglang-reuse must keep the server after the session"
+        first.stdout.fnmatch_lines(["kept: p: pid * on port *; stop it with `pytest --sglang-stop`"])
         second = pytester.runpytest_subprocess("-s", "--sglang-profile=p", "--sglang-sim", "--sglang-reuse")
         second.assert_outcomes(passed=1)
-        second.stdout.fnmatch_lines(["*reusing the server on port*", "*p: reused a running server*"])
+        second.stdout.fnmatch_lines(["*reusing the server on port*", "p: reused the kept server, pid * on port *"])
         assert _pid_line(first) == _pid_line(second)
     finally:
         for proc in marked_processes(mark):
             proc.kill()
+
+
+def test_reuse_relaunches_when_a_sim_knob_changed_and_needs_no_cache_provider(
+    pytester: pytest.Pytester, mark: str
+) -> None:
+    project(pytester, profile_toml("p", mark, sim="startup_seconds = 0.6"))
+    args = ("-p", "no:cacheprovider", "-s", "--sglang-profile=p", "--sglang-sim", "--sglang-reuse")
+    first = pytester.runpytest_subprocess(*args)
+    first.assert_outcomes(passed=1)
+    old_pid = int(_pid_line(first).split()[1])
+    project(pytester, profile_toml("p", mark, sim="startup_seconds = 0.6, crash_after_requests = 1"))
+    second = pytester.runpytest_subprocess(*args)
+    second.assert_outcomes(passed=1)
+    second.stdout.fnmatch_lines([f"*not reusing the kept server: its profile changed; stopping pid {old_pid} and "
+                                 "launching anew*"])
+    assert int(_pid_line(second).split()[1]) != old_pid
+    assert not psutil.pid_exists(old_pid) or psutil.Process(old_pid).status() == psutil.STATUS_ZOMBIE
+    stop = pytester.runpytest_subprocess("--sglang-stop")
+    assert stop.ret == 0
+    stop.stdout.fnmatch_lines(["pytest-sglang --sglang-stop: stopped p: pid * on port *"])
+    assert not wait_for_no_processes(mark, timeout=15), "--sglang-stop must stop the kept tree"
+    again = pytester.runpytest_subprocess("--sglang-stop")
+    again.stdout.fnmatch_lines(["pytest-sglang --sglang-stop: no kept servers for this rootdir"])
 
 
 def test_api_key_never_reaches_the_terminal(pytester: pytest.Pytester, mark: str) -> None:

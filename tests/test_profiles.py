@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from pytest_sglang.config.profiles import load_profiles
 from pytest_sglang.errors import ProfileError
-from pytest_sglang.profiles import load_profiles
 
 
 def write(tmp_path: Path, text: str, name: str = "pyproject.toml") -> Path:

@@ -150,7 +150,7 @@ class HappyRun:
 
 def _stop_reused(project: Path, profile: str) -> None:
     """Stop the server that --sglang-reuse kept, with the plugin's own teardown."""
-    from pytest_sglang.launch import kill_tree
+    from pytest_sglang.launch.process import kill_tree
 
     record_path = project / ".pytest_cache" / "v" / "sglang" / "reuse" / profile
     if record_path.exists():

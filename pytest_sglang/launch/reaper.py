@@ -1,6 +1,6 @@
 """Kill a server's tree if the pytest process that launched it dies without tearing it down (SIGKILL, OOM).
 
-Run as `python -m pytest_sglang.reaper PYTEST_PID SERVER_PID OWNER_TOKEN` in its own session. It exits on its
+Run as `python -m pytest_sglang.launch.reaper PYTEST_PID SERVER_PID OWNER_TOKEN` in its own session. It exits on its
 own once the server is gone; the launcher kills it after a normal teardown.
 """
 
@@ -11,7 +11,7 @@ import time
 
 import psutil
 
-from pytest_sglang.launch import kill_tree, owned_processes
+from pytest_sglang.launch.process import kill_tree, owned_processes
 
 POLL_SECONDS = 0.5
 

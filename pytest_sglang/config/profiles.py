@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import re
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from difflib import get_close_matches
 from pathlib import Path
@@ -66,6 +66,7 @@ class Profile:
     host: str = "127.0.0.1"
     port: int | None = None
     sim: Mapping[str, Any] = field(default_factory=dict)
+    unset: Mapping[str, str] = field(default_factory=dict, repr=False)  # key -> why its ${VAR} is unset
 
     @property
     def api_key(self) -> str | None:
@@ -77,13 +78,14 @@ class Profile:
                 return arg.split("=", 1)[1]
         return None
 
-    def fingerprint(self) -> dict[str, Any]:
-        """What decides whether a running server still matches this profile (used by --sglang-reuse)."""
-        return {
-            "kind": self.kind, "model": self.model, "args": list(self.args), "env": dict(self.env),
-            "python": self.python, "command": list(self.command) if self.command else None,
-            "sim": dict(self.sim),
-        }
+    def require(self, keys: Iterable[str] | None = None) -> None:
+        """Raise the ProfileError of the first of ``keys`` (default: all) whose ``${VAR}`` is unset.
+
+        Unset variables are only an error for what a run needs: a profile that is not selected, or a
+        ``model`` under --sglang-sim, never stops a run."""
+        for key, message in self.unset.items():
+            if keys is None or key in keys:
+                raise ProfileError(message)
 
 
 @dataclass(frozen=True)
@@ -141,6 +143,7 @@ def load_profiles(rootdir: Path, config: Path | None, environ: Mapping[str, str]
 class _Loader:
     def __init__(self, path: Path, text: str, table: str, raw: dict[str, Any], environ: Mapping[str, str]):
         self.path, self.text, self.table, self.raw, self.environ = path, text, table, raw, environ
+        self.unset: dict[str, dict[str, str]] = {}  # profile -> key -> message
 
     def where(self, profile: str, key: str | None = None) -> str:
         line = _find_line(self.text, f"{self.table}.{profile}", key)
@@ -163,7 +166,11 @@ class _Loader:
                 raise ProfileError(
                     f"{self.where(name, 'extends')}: extends unknown profile {parent!r}. Known profiles: {known}."
                 )
-            merged = _as_raw(self.resolve(parent, (*chain, name)))
+            parent_profile = self.resolve(parent, (*chain, name))
+            merged = _as_raw(parent_profile)
+            for key, message in parent_profile.unset.items():
+                if key not in table or key in ("args", "env", "sim"):  # those merge; the rest are replaced
+                    self.unset.setdefault(name, {}).setdefault(key, message)
         for key, value in table.items():
             if key == "extends":
                 continue
@@ -210,10 +217,11 @@ class _Loader:
                 return self.environ[var]
             if default is not None:
                 return default
-            raise ProfileError(
+            self.unset.setdefault(name, {}).setdefault(key, (
                 f"{self.where(name, key)}: ${{{var}}} is not set in the environment. Export {var}, or write "
                 f"${{{var}:-default}} to give a default."
-            )
+            ))
+            return match.group(0)
 
         return _VAR.sub(sub, value)
 
@@ -264,6 +272,7 @@ class _Loader:
             host=merged.get("host", "127.0.0.1"),
             port=port,
             sim=dict(sim),
+            unset=dict(self.unset.get(name, {})),
         )
 
 

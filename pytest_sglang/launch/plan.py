@@ -1,0 +1,143 @@
+"""From a profile to a launch plan: the command line, the environment, the log file and what "ready" means.
+
+Pure planning: nothing is started here. The plan is what the process, the readiness loop and the reuse store
+read; its fingerprint says whether a kept server still matches the profile.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from pytest_sglang.config import KINDS, SGLANG, Kind, Profile
+from pytest_sglang.errors import ProfileError
+from pytest_sglang.launch.ports import free_port, url_host
+
+SIM_ENV = "PYTEST_SGLANG_SIM"
+PORT_PLACEHOLDER = "{port}"
+# What a simulated run does not need: the simulator loads no model, runs in pytest's own Python and takes
+# no launch command, so an unset ${VAR} in these keys does not stop a --sglang-sim run.
+NOT_NEEDED_BY_SIM = frozenset({"model", "python", "command", "env"})
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    """Everything needed to start one server, resolved from a profile and the command line."""
+
+    profile: Profile
+    kind: Kind
+    argv: list[str]
+    env: dict[str, str]
+    host: str
+    port: int
+    log_path: Path
+    startup_timeout: float
+    ready_pattern: str | None
+    health_path: str | None  # answers 200 while the server is healthy (liveness, and readiness without a line)
+    ready_probe_path: str | None  # asked once the ready line is seen: answers at once if HTTP is up
+    sim: bool
+    fingerprint: str  # of everything that shapes the server; the port only where the profile fixes it
+
+    @property
+    def base_url(self) -> str:
+        return base_url(self.host, self.port)
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return auth_headers(self.profile.api_key)
+
+
+def plan_launch(profile: Profile, *, sim: bool, log_dir: Path, startup_timeout: float | None = None) -> LaunchPlan:
+    """Turn a profile into a command line, an environment and the rules that say when it is ready."""
+    profile.require(None if not sim else set(profile.unset) - NOT_NEEDED_BY_SIM)
+    kind = SGLANG if sim else KINDS[profile.kind]
+    host = profile.host
+    port = profile.port or free_port(host)
+    python = profile.python or sys.executable
+    if sim:
+        template: tuple[str, ...] = (sys.executable, "-m", "pytest_sglang.sim", *SGLANG.command[3:], *profile.args)
+    elif profile.command:
+        template = profile.command
+    else:
+        template = (*kind.command, *profile.args)
+        if profile.model is None:
+            template = _drop_flag(template, kind.model_flag)
+        else:
+            _check_model_path(profile)
+    values = {"python": python, "model": profile.model or "", "host": host}
+    unported = [_substitute(part, values) for part in template]
+    argv = [part.replace(PORT_PLACEHOLDER, str(port)) for part in unported]
+    env = {**os.environ, **profile.env}
+    if sim:
+        env[SIM_ENV] = json.dumps(dict(profile.sim))
+    ready_pattern = profile.ready_pattern if profile.ready_pattern is not None else kind.ready_pattern
+    health_path = profile.health_path if profile.health_path is not None else kind.health_path
+    return LaunchPlan(
+        profile=profile,
+        kind=kind,
+        argv=argv,
+        env=env,
+        host=host,
+        port=port,
+        log_path=log_dir / f"{profile.name}.log",
+        startup_timeout=startup_timeout or profile.startup_timeout,
+        ready_pattern=ready_pattern,
+        health_path=health_path,
+        # A profile that names its own health path asked for that one to decide readiness.
+        ready_probe_path=profile.health_path or kind.ready_probe_path or health_path,
+        sim=sim,
+        fingerprint=_fingerprint(profile, kind, unported if profile.port is None else argv, sim),
+    )
+
+
+def _fingerprint(profile: Profile, kind: Kind, argv: list[str], sim: bool) -> str:
+    from pytest_sglang import __version__
+
+    shape = {
+        "kind": kind.name, "argv": argv, "env": dict(profile.env), "sim": dict(profile.sim) if sim else None,
+        "ready_pattern": profile.ready_pattern, "health_path": profile.health_path, "plugin": __version__,
+    }
+    # A digest, not the values: the fingerprint is stored on disk and the args may hold an --api-key.
+    return hashlib.sha256(json.dumps(shape, sort_keys=True).encode()).hexdigest()
+
+
+def base_url(host: str, port: int) -> str:
+    return f"http://{url_host(host)}:{port}"
+
+
+def auth_headers(api_key: str | None) -> dict[str, str]:
+    return {"Authorization": f"Bearer {api_key}"} if api_key else {}
+
+
+def _substitute(part: str, values: dict[str, str]) -> str:
+    """Fill {python} {model} {host}; any other brace (a JSON flag value) is left as written."""
+    for name, value in values.items():
+        part = part.replace("{" + name + "}", value)
+    return part
+
+
+def _drop_flag(template: tuple[str, ...], flag: str | None) -> tuple[str, ...]:
+    out, skip = [], False
+    for part in template:
+        if skip:
+            skip = False
+            continue
+        if part == flag:
+            skip = True
+            continue
+        out.append(part)
+    return tuple(out)
+
+
+def _check_model_path(profile: Profile) -> None:
+    model = profile.model or ""
+    looks_local = model.startswith(("/", "./", "../", "~"))
+    if looks_local and not Path(model).expanduser().exists():
+        raise ProfileError(
+            f"{profile.source}: profile {profile.name!r}, key 'model': model path {model} does not exist. "
+            f"Check the path (and any ${{VAR}} in it); a hub name such as org/model is passed through as is."
+        )

@@ -1,0 +1,76 @@
+"""Ports: pick a free one, refuse one that is busy (never mistake a stale server for ours), wait for release."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import time
+
+import psutil
+
+from pytest_sglang.errors import PortInUseError
+
+
+def free_port(host: str) -> int:
+    with socket.socket(_family(host), socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def port_is_open(host: str, port: int, timeout: float = 0.5) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def check_port_free(host: str, port: int, health_path: str | None) -> None:
+    """Refuse to launch onto a port something already listens on: never mistake a stale server for ours."""
+    if not port_is_open(host, port):
+        return
+    owner = _port_owner(port)
+    answer = _probe_http(host, port, health_path or "/health")
+    what = f"a server answers on it ({answer})" if answer else "something listens on it"
+    raise PortInUseError(
+        f"Port {host}:{port} is busy: {what}{owner}. It may be a stale server from an earlier run. "
+        f"Stop it, leave `port` out of the profile so a free port is chosen, or use --sglang-url="
+        f"http://{host}:{port} to test that server instead."
+    )
+
+
+def wait_port_free(host: str, port: int, timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not port_is_open(host, port, timeout=0.2):
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def _port_owner(port: int) -> str:
+    with contextlib.suppress(psutil.Error, OSError):
+        for conn in psutil.net_connections(kind="tcp"):
+            if conn.laddr and conn.laddr.port == port and conn.status == psutil.CONN_LISTEN and conn.pid:
+                proc = psutil.Process(conn.pid)
+                cmd = " ".join(proc.cmdline()[:6])
+                return f"; held by pid {conn.pid} ({cmd})"
+    return ""
+
+
+def _probe_http(host: str, port: int, path: str) -> str | None:
+    import requests
+
+    try:
+        resp = requests.get(f"http://{url_host(host)}:{port}{path}", timeout=1.0)
+    except requests.RequestException:
+        return None
+    return f"GET {path} -> HTTP {resp.status_code}"
+
+
+def _family(host: str) -> socket.AddressFamily:
+    return socket.AF_INET6 if ":" in host else socket.AF_INET
+
+
+def url_host(host: str) -> str:
+    return f"[{host}]" if ":" in host else host

@@ -1,0 +1,210 @@
+"""The server handle that tests get: the startup record plus a liveness strategy for where the server came from.
+
+A handle never has a field that is None because of its origin: what differs between a server this run
+launched, one attached to with --sglang-url and one kept from an earlier run is the strategy that says
+whether it is still alive and what closing it means.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+import psutil
+
+from pytest_sglang.errors import Diagnosis, ServerDiedError
+from pytest_sglang.launch.plan import auth_headers, base_url
+from pytest_sglang.launch.ports import wait_port_free
+from pytest_sglang.launch.process import ServerProcess
+from pytest_sglang.server.ready import Probe
+from pytest_sglang.server.record import StartupRecord
+from pytest_sglang.watch import LogWatcher
+
+DYING_WAIT_SECONDS = 10.0  # after a crash is logged mid-session, how long a still-answering server may take to die
+FAILURE_GRACE_SECONDS = 0.5  # a server that failed gets little politeness: the error must not wait
+
+
+class Liveness(Protocol):
+    """How a handle knows its server is alive, and what closing it means, for one origin."""
+
+    def death(self) -> ServerDiedError | None:
+        """The server's death as an error, if it has died (or stopped answering) by now."""
+
+    def logged_crash(self) -> bool:
+        """Whether the server logged a crash it has not been seen to survive (it may be dying)."""
+
+    def survived(self) -> None:
+        """The logged crash did not kill the server within DYING_WAIT_SECONDS: take it as survived."""
+
+    def close(self) -> None:
+        """Release the server at the end of the session (stop it, or leave it to its owner)."""
+
+
+@dataclass(eq=False)
+class ServerHandle:
+    """The ``sglang_server`` fixture's value: a ready server of any kind (sglang, vllm, generic)."""
+
+    record: StartupRecord
+    liveness: Liveness = field(repr=False)
+    api_key: str | None = field(default=None, repr=False)
+    _death: ServerDiedError | None = field(default=None, repr=False)
+
+    profile = property(lambda self: self.record.profile)
+    kind = property(lambda self: self.record.kind)
+    origin = property(lambda self: self.record.origin)
+    host = property(lambda self: self.record.host)
+    port = property(lambda self: self.record.port)
+    model = property(lambda self: self.record.model)
+    log_path = property(lambda self: self.record.log_path)
+    pid = property(lambda self: self.record.pid)
+
+    @property
+    def startup_seconds(self) -> float | None:
+        """Launch to ready; None for a server this run did not start (--sglang-url)."""
+        return self.record.startup_seconds
+
+    @property
+    def phases(self) -> dict[str, float]:
+        return dict(self.record.phases)
+
+    @property
+    def base_url(self) -> str:
+        return base_url(self.host, self.port)
+
+    def url(self, path: str = "/") -> str:
+        return self.base_url + "/" + path.lstrip("/")
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return auth_headers(self.api_key)
+
+    def check_alive(self, wait: float = 0.0) -> None:
+        """Raise ServerDiedError (with the log's root cause) if the server has died; `wait` lets a dying
+        server finish dying, so a failed request is reported as the crash that caused it.
+
+        A server that has logged a crash since it was ready gets up to DYING_WAIT_SECONDS to exit or stop
+        answering (vLLM's API server answers 500 for a moment after its engine died); if it is still healthy
+        then, that crash is taken as survived and costs no further wait."""
+        if self._death is not None:
+            raise self._death
+        if self.liveness.logged_crash():
+            wait = max(wait, DYING_WAIT_SECONDS)
+        deadline = time.monotonic() + wait
+        while True:
+            self._death = self.liveness.death()
+            if self._death is not None:
+                raise self._death
+            if time.monotonic() >= deadline:
+                self.liveness.survived()
+                return
+            time.sleep(0.1)
+
+    def has_logged_crash(self) -> bool:
+        return self.liveness.logged_crash()
+
+    def close(self) -> None:
+        self.liveness.close()
+
+
+@dataclass(eq=False)
+class LaunchedLiveness:
+    """A server this run started: its process, its log watcher, and its health probe once a crash is logged."""
+
+    profile: str
+    process: ServerProcess
+    watcher: LogWatcher
+    health: Probe | None
+    log_path: Path
+    host: str
+    port: int
+    shutdown_grace: float
+    keep: bool = False  # --sglang-reuse: the server outlives the session
+    _survived_at: float | None = None
+
+    def death(self) -> ServerDiedError | None:
+        now = time.monotonic()
+        self.watcher.poll(now)
+        code = self.process.poll()
+        if code is not None:
+            self.watcher.poll(now, final=True)
+            return self._died("server died during the session", code)
+        if self.logged_crash() and not (self.health is None or self.health.ok()):
+            error = self._died("server died during the session: it logged a crash and stopped answering", None)
+            self.process.stop(grace=FAILURE_GRACE_SECONDS)
+            return error
+        return None
+
+    def logged_crash(self) -> bool:
+        self.watcher.poll(time.monotonic())
+        failing = self.watcher.failing_since
+        return failing is not None and failing != self._survived_at
+
+    def survived(self) -> None:
+        self._survived_at = self.watcher.failing_since
+
+    def close(self) -> None:
+        if self.keep and self.process.poll() is None:
+            return
+        self.process.stop(grace=self.shutdown_grace)
+        wait_port_free(self.host, self.port)
+
+    def _died(self, headline: str, code: int | None) -> ServerDiedError:
+        return ServerDiedError(
+            headline, profile=self.profile, log_path=self.log_path, diagnosis=self.watcher.diagnosis(exit_code=code),
+            elapsed=time.monotonic() - self.process.started_at,
+            hints=["every later test that uses this server fails with this same error; fix the crash above"],
+        )
+
+
+@dataclass(eq=False)
+class AttachedLiveness:
+    """A server someone else runs (--sglang-url): alive while its health path answers; never stopped."""
+
+    profile: str
+    health: Probe | None
+
+    def death(self) -> ServerDiedError | None:
+        if self.health is None or self.health.ok(timeout=5.0):
+            return None
+        return ServerDiedError(f"server at {self.health.url} no longer answers 200 ({self.health.last})",
+                               profile=self.profile, log_path=None, diagnosis=Diagnosis())
+
+    def logged_crash(self) -> bool:
+        return False
+
+    def survived(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+@dataclass(eq=False)
+class KeptLiveness:
+    """A server kept from an earlier run (--sglang-reuse): alive while its pid is. /health is not asked per
+    test: SGLang's costs about a second a call. Left running at the end, for the next run."""
+
+    profile: str
+    pid: int
+    log_path: Path | None
+
+    def death(self) -> ServerDiedError | None:
+        if psutil.pid_exists(self.pid):
+            return None
+        return ServerDiedError(
+            f"reused server (pid {self.pid}) is gone", profile=self.profile, log_path=self.log_path,
+            diagnosis=Diagnosis(),
+            hints=["run again: --sglang-reuse launches a fresh server when the kept one is gone"],
+        )
+
+    def logged_crash(self) -> bool:
+        return False
+
+    def survived(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+

@@ -1,0 +1,105 @@
+"""Where a server handle comes from: launched by this run, or attached to with --sglang-url.
+
+Each origin sets up what readiness waits on, lets the one readiness loop decide, and pairs the record it
+returns with that origin's liveness strategy. Reuse across runs (reuse.py) builds on both.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from urllib.parse import urlsplit
+
+from pytest_sglang.errors import Diagnosis, ProfileError, register_env_secrets, register_secret
+from pytest_sglang.launch.plan import LaunchPlan, auth_headers
+from pytest_sglang.launch.ports import check_port_free
+from pytest_sglang.launch.process import ServerProcess
+from pytest_sglang.server.handle import FAILURE_GRACE_SECONDS, AttachedLiveness, LaunchedLiveness, ServerHandle
+from pytest_sglang.server.ready import Probe, RecordCallback, StatusCallback, Wait, ignore, wait_for
+from pytest_sglang.server.record import StartupRecord
+from pytest_sglang.watch import LogTail, LogWatcher
+
+ATTACH_TIMEOUT_SECONDS = 10.0
+SERVER_MODULES = {"sglang": "sglang", "vllm": "vllm"}
+
+
+def launch_server(plan: LaunchPlan, *, on_status: StatusCallback = ignore, on_record: RecordCallback = ignore,
+                  reap: bool = True, keep: bool = False) -> ServerHandle:
+    """Launch the planned server and return once it is ready; on any failure nothing is left running.
+
+    ``keep``: the server outlives the session (--sglang-reuse), so no reaper ties it to this pytest."""
+    profile = plan.profile
+    register_secret(profile.api_key)
+    register_env_secrets(profile.env)
+    register_env_secrets(os.environ)
+    check_port_free(plan.host, plan.port, plan.health_path)
+    process = ServerProcess(plan.argv, env=plan.env, log_path=plan.log_path, reap_on_parent_death=reap and not keep)
+    watcher = LogWatcher(plan.kind, ready_pattern=plan.ready_pattern, started_at=process.started_at,
+                         tail=LogTail(plan.log_path))
+    template = StartupRecord(profile=profile.name, kind=plan.kind.name, origin="launched", outcome="ready",
+                             host=plan.host, port=plan.port, model=profile.model, log_path=plan.log_path,
+                             pid=process.pid)
+    probe_path = plan.ready_probe_path if plan.ready_pattern is not None else plan.health_path
+    wait = Wait(
+        template=template, timeout=plan.startup_timeout, started_at=process.started_at,
+        probe=Probe(plan.base_url, probe_path, plan.headers) if probe_path else None,
+        process=process, watcher=watcher, wait_for_line=plan.ready_pattern is not None, command=plan.argv,
+        failure_hints=lambda code, diagnosis: _failure_hints(plan, code, diagnosis),
+        timeout_hints=lambda: [
+            "raise startup_timeout in the profile or pass --sglang-startup-timeout=SECONDS",
+            "look at the last phase and log lines above: a hang there (NCCL init, a download) "
+            "will not end by waiting longer",
+        ],
+    )
+    try:
+        record = wait_for(wait, on_status=on_status, on_record=on_record)
+    except BaseException:  # a failed startup, Ctrl-C during a 10-minute one, pytest-timeout cutting it
+        process.stop(grace=min(FAILURE_GRACE_SECONDS, profile.shutdown_grace))
+        raise
+    health = Probe(plan.base_url, plan.health_path, plan.headers) if plan.health_path else None
+    liveness = LaunchedLiveness(profile=profile.name, process=process, watcher=watcher, health=health,
+                                log_path=plan.log_path, host=plan.host, port=plan.port,
+                                shutdown_grace=profile.shutdown_grace, keep=keep)
+    return ServerHandle(record, liveness, api_key=profile.api_key)
+
+
+def attach_server(url: str, *, profile: str, kind: str = "sglang", health_path: str | None = "/health",
+                  api_key: str | None = None, on_status: StatusCallback = ignore, on_record: RecordCallback = ignore,
+                  timeout: float = ATTACH_TIMEOUT_SECONDS) -> ServerHandle:
+    """A handle on a server that is already running (--sglang-url): nothing is launched or killed."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ProfileError(f"--sglang-url={url!r} is not an http(s) URL such as http://127.0.0.1:30000.")
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    root = f"{parts.scheme}://{parts.netloc}"
+    if parts.path.strip("/") or parts.query:
+        raise ProfileError(
+            f"--sglang-url={url} has a path ({parts.path}): give the server's root, --sglang-url={root}; the "
+            "plugin adds /v1/completions, /health and the other paths itself.")
+    register_secret(api_key)
+    probe = Probe(root, health_path or "/", auth_headers(api_key))
+    template = StartupRecord(profile=profile, kind=kind, origin="attached", outcome="ready",
+                             host=parts.hostname, port=port)
+    wait = Wait(
+        template=template, timeout=timeout, started_at=time.monotonic(), probe=probe,
+        timeout_headline=lambda: (f"--sglang-url server does not answer GET {probe.path} with 200 at {url} "
+                                  f"(last answer: {probe.last or 'none'})"),
+        timeout_hints=lambda: ["start the server first, or drop --sglang-url to let the plugin launch it"],
+    )
+    record = wait_for(wait, on_status=on_status, on_record=on_record)
+    return ServerHandle(record, AttachedLiveness(profile, probe if health_path else None), api_key=api_key)
+
+
+def _failure_hints(plan: LaunchPlan, code: int | None, diagnosis: Diagnosis) -> list[str]:
+    hints = []
+    module = SERVER_MODULES.get(plan.kind.name)
+    if module and not plan.sim and any(f"No module named '{module}" in c for c in diagnosis.root_causes):
+        hints.append(
+            f"{plan.argv[0]} has no {module} installed: install {module} for it, point the profile's `python` "
+            f"at an interpreter that has it, or pass --sglang-sim to run the bundled simulator instead")
+    if code == 2:
+        hints.append("exit code 2 is the server's command-line parser rejecting a flag: check the profile's `args`")
+    if code in (-9, 137):
+        hints.append("SIGKILL: SGLang kills its own tree after a child fails (see the root cause), "
+                     "or the OS OOM killer did (`dmesg -T | grep -i oom`)")
+    return hints

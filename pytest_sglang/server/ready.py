@@ -1,0 +1,175 @@
+"""Readiness: the only loop that decides whether a server is ready, failing, or out of time.
+
+Every origin waits here: a launched server (its process, its log watcher, then an HTTP probe), a server
+attached with --sglang-url and a kept server reused from an earlier run (an HTTP probe alone). The loop
+returns the startup record; a failed or interrupted wait reports its record too, before the error goes on.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+
+import requests
+
+from pytest_sglang.errors import Diagnosis, ServerStartupError
+from pytest_sglang.launch.process import ServerProcess
+from pytest_sglang.server.record import StartupRecord
+from pytest_sglang.watch import LogWatcher
+
+POLL_SECONDS = 0.02  # log and process poll: the ready-to-return lag is at most this plus one probe
+PROBE_EVERY_SECONDS = 0.25  # probe interval while no ready line says when to ask
+CRASH_SETTLE_SECONDS = 1.0  # after a traceback ends, let chained exceptions and other ranks' copies arrive
+USAGE_EXIT_WAIT_SECONDS = 15.0  # a usage error is followed by exit 2, but torch-heavy imports exit slowly
+STATUS_EVERY_SECONDS = 30.0
+
+StatusCallback = Callable[[str], None]
+RecordCallback = Callable[[StartupRecord], None]
+
+
+def ignore(_: object) -> None:
+    """The callback of a caller that wants no status lines or records (benchmarks, scripts)."""
+
+
+class Probe:
+    """An HTTP GET that must answer 200; remembers what it got last, for the error message."""
+
+    def __init__(self, base_url: str, path: str, headers: dict[str, str]) -> None:
+        self.path = path
+        self.url = base_url.rstrip("/") + "/" + path.lstrip("/")
+        self.headers = headers
+        self.last: str | None = None  # "HTTP 404", "connection refused", ...
+        self.last_status: int | None = None
+        self._session = requests.Session()
+
+    def ok(self, timeout: float = 2.0) -> bool:
+        try:
+            status = self._session.get(self.url, headers=self.headers, timeout=timeout).status_code
+        except requests.ConnectionError:
+            self.last, self.last_status = "connection refused", None
+            return False
+        except requests.RequestException as exc:
+            self.last, self.last_status = f"{type(exc).__name__}", None
+            return False
+        self.last, self.last_status = f"HTTP {status}", status
+        return status == 200
+
+
+@dataclass
+class Wait:
+    """What one startup waits on. An attached or reused server has no process and no watcher."""
+
+    template: StartupRecord  # who is starting; the loop fills in outcome, timings, phases, error
+    timeout: float
+    started_at: float
+    probe: Probe | None = None
+    process: ServerProcess | None = None
+    watcher: LogWatcher | None = None
+    wait_for_line: bool = False  # the watcher's ready line must come before the probe
+    command: list[str] | None = None
+    failure_hints: Callable[[int | None, Diagnosis], list[str]] = field(default=lambda code, d: [])
+    timeout_headline: Callable[[], str] | None = None  # default: "not ready within its startup timeout"
+    timeout_hints: Callable[[], list[str]] = field(default=list)
+
+    def record(self, outcome: str, now: float, **facts: object) -> StartupRecord:
+        watcher = self.watcher
+        updates: dict[str, object] = {"outcome": outcome, "elapsed": now - self.started_at}
+        if watcher is not None:
+            updates["last_phase"] = watcher.phase_label
+            if self.template.origin == "launched":
+                updates["phases"] = {k: v for k, v in watcher.phases.items() if k != "ready"}
+        updates.update(facts)
+        return replace(self.template, **updates)  # type: ignore[arg-type]
+
+
+def wait_for(wait: Wait, *, on_status: StatusCallback, on_record: RecordCallback) -> StartupRecord:
+    """Wait until ready and return the record; every outcome is handed to ``on_record`` exactly once."""
+    try:
+        seconds = _until_ready(wait, on_status)
+    except ServerStartupError as exc:
+        on_record(wait.record("failed", time.monotonic(), error=str(exc), cause=exc.cause))
+        raise
+    except BaseException:  # Ctrl-C, or pytest-timeout cutting the wait
+        on_record(wait.record("interrupted", time.monotonic()))
+        raise
+    now = wait.started_at + seconds
+    if wait.template.origin == "launched":
+        record = wait.record("ready", now, startup_seconds=seconds)
+        record = replace(record, phases={**record.phases, "ready": seconds})
+    else:
+        record = wait.record("ready", now)
+    on_record(record)
+    return record
+
+
+def _until_ready(wait: Wait, on_status: StatusCallback) -> float:
+    """Seconds from the start to ready. Ready: the ready line was logged (where one is awaited), then the
+    probe answered 200 (where there is one). Failure: the process exited; a traceback or fatal marker
+    appeared while it is alive and no readiness followed within the settle time; or the timeout passed."""
+    process, watcher, probe = wait.process, wait.watcher, wait.probe
+    started, name = wait.started_at, wait.template.profile
+    last_probe = -PROBE_EVERY_SECONDS
+    last_status, last_label = started, None
+    while True:
+        now = time.monotonic()
+        if watcher is not None:
+            watcher.poll(now)
+        code = process.poll() if process is not None else None
+        if code is not None:
+            if watcher is not None:
+                watcher.poll(time.monotonic(), final=True)
+            raise _failure(wait, "server exited during startup", code)
+        failing_since = watcher.failing_since if watcher is not None else None
+        if watcher is not None and failing_since is not None and now - failing_since >= _settle_seconds(watcher):
+            raise _failure(wait, "server crashed during startup (its process was still alive; the tree has "
+                                 "been killed)", None)
+        line_seen = not wait.wait_for_line or (watcher is not None and watcher.ready_at is not None)
+        if line_seen and failing_since is None:
+            if probe is None:
+                ready_at = watcher.ready_at if watcher is not None else None
+                return (ready_at if ready_at is not None else now) - started
+            # After the ready line, ask at once and on every poll: the probe is the last step.
+            if wait.wait_for_line or now - last_probe >= PROBE_EVERY_SECONDS:
+                last_probe = now
+                if probe.ok():
+                    return time.monotonic() - started
+        if now - started > wait.timeout:
+            raise _timeout(wait)
+        if watcher is not None:
+            label = watcher.phase_label
+            if label != last_label or now - last_status >= STATUS_EVERY_SECONDS:
+                on_status(f"[sglang {name}] {now - started:.0f} s  {watcher.status(now)}")
+                last_status, last_label = now, label
+        time.sleep(POLL_SECONDS)
+
+
+def _settle_seconds(watcher: LogWatcher) -> float:
+    """How long a logged failure may take to play out before the still-running process is called crashed.
+
+    A usage error (argparse's `prog: error: ...`, click's `Error: ...`) always ends in exit code 2, but a
+    process with torch loaded can take seconds to exit: wait for that exit, so the error says "exit code 2"."""
+    return USAGE_EXIT_WAIT_SECONDS if watcher.failure_is_usage_error else CRASH_SETTLE_SECONDS
+
+
+def _diagnosis(wait: Wait, code: int | None) -> Diagnosis:
+    return wait.watcher.diagnosis(exit_code=code) if wait.watcher is not None else Diagnosis(exit_code=code)
+
+
+def _failure(wait: Wait, headline: str, code: int | None) -> ServerStartupError:
+    diagnosis = _diagnosis(wait, code)
+    return ServerStartupError(
+        headline, profile=wait.template.profile, log_path=wait.template.log_path, diagnosis=diagnosis,
+        elapsed=time.monotonic() - wait.started_at, hints=wait.failure_hints(code, diagnosis), command=wait.command,
+    )
+
+
+def _timeout(wait: Wait) -> ServerStartupError:
+    if wait.timeout_headline is not None:
+        headline = wait.timeout_headline()
+    else:
+        headline = f"server was not ready within its startup timeout of {wait.timeout:.0f} s"
+    return ServerStartupError(
+        headline, profile=wait.template.profile, log_path=wait.template.log_path, diagnosis=_diagnosis(wait, None),
+        elapsed=time.monotonic() - wait.started_at, hints=wait.timeout_hints(), command=wait.command,
+    )

@@ -1,0 +1,79 @@
+"""The startup record: what one server's startup was, made once where readiness is decided.
+
+One frozen record per startup, whatever its outcome (ready, failed, interrupted) and origin (launched, attached
+to with --sglang-url, reused from an earlier run). The handle, the terminal summary, the JSON report, junitxml
+and the reuse store all read this one type; nothing copies its fields into another record.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any, Literal
+
+Origin = Literal["launched", "attached", "reused"]
+Outcome = Literal["ready", "failed", "interrupted"]
+
+
+@dataclass(frozen=True)
+class StartupRecord:
+    profile: str
+    kind: str  # "sglang", "vllm", "generic": whose rules applied
+    origin: Origin
+    outcome: Outcome
+    host: str
+    port: int
+    model: str | None = None
+    startup_seconds: float | None = None  # launch to ready; None when this run did not start it (attached)
+    elapsed: float | None = None  # launch to the end of the wait, whatever its outcome
+    phases: Mapping[str, float] = field(default_factory=dict)  # phase -> seconds since launch; "ready" last
+    last_phase: str | None = None  # the phase the server was in when the wait ended (its words)
+    log_path: Path | None = None
+    pid: int | None = None
+    error: str | None = None  # the whole diagnosis of a failed startup
+    cause: str | None = None  # its one root-cause line, for one-line summaries
+
+    @property
+    def ready(self) -> bool:
+        return self.outcome == "ready"
+
+    def reused(self) -> StartupRecord:
+        """This record, as seen by a later run that attaches to the kept server."""
+        return replace(self, origin="reused")
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["phases"] = dict(self.phases)
+        data["log_path"] = str(self.log_path) if self.log_path else None
+        return data
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> StartupRecord:
+        known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
+        log_path = known.get("log_path")
+        known["log_path"] = Path(log_path) if log_path else None
+        known["phases"] = dict(known.get("phases") or {})
+        return cls(**known)
+
+    def summary(self) -> str:
+        """One line for the terminal summary: what happened to this profile's server."""
+        name = self.profile
+        if self.outcome == "interrupted":
+            where = f" (last phase: {self.last_phase})" if self.last_phase else ""
+            return (f"{name}: INTERRUPTED during startup after {self.elapsed or 0.0:.1f} s{where}; the server's "
+                    f"process tree was killed" + (f" (log: {self.log_path})" if self.log_path else ""))
+        if self.outcome == "failed":
+            cause = self.cause or ((self.error or "").splitlines() or ["unknown"])[0]
+            return f"{name}: FAILED TO START: {cause}" + (f" (log: {self.log_path})" if self.log_path else "")
+        if self.origin == "attached":
+            return f"{name}: attached to a running server at http://{self.host}:{self.port} (startup not measured)"
+        if self.origin == "reused":
+            return (f"{name}: reused the kept server, pid {self.pid} on port {self.port} (it started in "
+                    f"{self.startup_seconds or 0.0:.1f} s)")
+        steps = []
+        previous_name, previous_at = "launch", 0.0
+        for phase, at in sorted(self.phases.items(), key=lambda kv: kv[1]):
+            steps.append(f"{previous_name} {at - previous_at:.1f}s")
+            previous_name, previous_at = phase, at
+        return f"{name}: ready in {self.startup_seconds or 0.0:.1f} s  [" + " | ".join(steps) + "]"

@@ -1,0 +1,87 @@
+"""The session ledger: what this pytest session's servers and benchmarks did. Knows nothing about pytest.
+
+The plugin feeds it (startup records, benchmark results, baseline comparisons, test outcomes); the report
+and the terminal summary read it. ``get`` and ``compare`` answer the ``sglang_results`` fixture.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from pytest_sglang.errors import ProfileComparisonError, ResultNotFoundError
+from pytest_sglang.server.record import StartupRecord
+
+if TYPE_CHECKING:
+    from pytest_sglang.baseline import Comparison
+    from pytest_sglang.bench import BenchResult
+
+
+@dataclass
+class BenchEntry:
+    profile: str
+    test_id: str  # the node id without the profile parameter: the baseline key
+    nodeid: str
+    result: BenchResult
+    comparisons: list[Comparison] = field(default_factory=list)
+    outcome: str | None = None  # "passed", "failed", ... once the test has finished
+
+
+class SessionLedger:
+    """Every startup record, benchmark result and comparison of this session, keyed by profile."""
+
+    def __init__(self) -> None:
+        self.startups: dict[str, StartupRecord] = {}
+        self.server_versions: dict[str, str | None] = {}  # profile -> "sglang 0.5.23", asked once
+        self.benches: list[BenchEntry] = []
+        self.startup_checks: list[Comparison] = []  # checks of startup_seconds, which belong to no benchmark
+        self.notes: list[str] = []
+        self.kept: list[str] = []  # servers left running for --sglang-reuse, as "name: pid N on port P"
+
+    def add_startup(self, record: StartupRecord) -> None:
+        self.startups[record.profile] = record
+
+    def add_bench(self, profile: str, test_id: str, nodeid: str, result: BenchResult) -> BenchEntry:
+        entry = BenchEntry(profile, test_id, nodeid, result)
+        self.benches.append(entry)
+        return entry
+
+    def entries_for(self, nodeid: str) -> list[BenchEntry]:
+        return [b for b in self.benches if b.nodeid == nodeid]
+
+    def set_outcome(self, nodeid: str, outcome: str) -> None:
+        for entry in self.entries_for(nodeid):
+            entry.outcome = outcome
+
+    @property
+    def profiles(self) -> list[str]:
+        return list(dict.fromkeys([*self.startups, *(b.profile for b in self.benches)]))
+
+    def find(self, profile: str, test: str) -> BenchResult | None:
+        """The last result of ``test`` (a test id, a node id, or a test function name) under ``profile``."""
+        for b in reversed(self.benches):
+            if b.profile != profile:
+                continue
+            name = b.test_id.rsplit("::", 1)[-1]
+            if test in (b.test_id, b.nodeid, name) or b.test_id.endswith("::" + test):
+                return b.result
+        return None
+
+    def get(self, profile: str, test: str) -> BenchResult:
+        found = self.find(profile, test)
+        if found is None:
+            ran = sorted({f"{b.profile}: {b.test_id}" for b in self.benches}) or ["nothing"]
+            raise ResultNotFoundError(f"no benchmark result for test {test!r} under profile {profile!r} in this "
+                                      f"session (recorded: {'; '.join(ran)})")
+        return found
+
+    def compare(self, better: str, other: str, test: str, **margins: str | float) -> dict[str, float]:
+        """Raise ProfileComparisonError unless profile ``better`` beats profile ``other`` on ``test`` by each
+        metric's margin ("10%" relative or an absolute amount; "0%" means at least as good). Returns the
+        signed relative changes in percent (positive: ``better`` is better)."""
+        from pytest_sglang.baseline import compare_profiles
+
+        outcome = compare_profiles(better, self.get(better, test), other, self.get(other, test), test, margins)
+        if outcome.failed:
+            raise ProfileComparisonError(outcome.message)
+        return dict(outcome.gains)
