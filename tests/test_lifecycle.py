@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -97,19 +98,27 @@ def test_malformed_toml_names_file_and_line(pytester: pytest.Pytester) -> None:
     ],
 )
 def test_startup_failures_error_every_test_with_the_root_cause(
-    pytester: pytest.Pytester, mark: str, fault: str, expected: list[str]
+    pytester: pytest.Pytester, mark: str, fault: str, expected: list[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setenv("COLUMNS", "400")  # pytest cuts short-summary lines to the terminal's width
     # Every failure path must also kill children that left the group and ignore SIGTERM.
     toml = profile_toml("p", mark, 'startup_timeout = 4\nargs = ["--tp", "2"]',
                         f'startup_seconds = 2.0, fault = "{fault}", ignore_sigterm = true')
     project(pytester, toml, READY_TEST + "\ndef test_second(sglang_server):\n    pass\n")
-    result = run(pytester, "--sglang-profile=p", "--sglang-sim")
+    result = run(pytester, "--sglang-profile=p", "--sglang-sim", "-rE")
     result.assert_outcomes(errors=2)
     result.stdout.fnmatch_lines(expected)
     result.stdout.fnmatch_lines(["*Full log: *p.log*"])
-    assert "During handling of the above exception" not in result.stdout.str()
-    # The second test gets the same cached error: one launch, not two.
-    assert result.stdout.str().count("launching: log") == 1
+    out = result.stdout.str()
+    assert "During handling of the above exception" not in out
+    # One launch, one diagnosis: the second test says in one line that the server failed and why.
+    assert out.count("launching: log") == 1
+    assert out.count("Full log:") == 1, out
+    result.stdout.fnmatch_lines(["*[[]sglang p[]] the server for this profile failed to start (the first test that "
+                                 "used it shows the whole diagnosis)*"])
+    if fault in ("traceback", "exit"):  # the short summary line carries the root cause
+        result.stdout.fnmatch_lines(["ERROR test_user.py::test_ready?p? - Failed: [[]sglang p[]] server * during "
+                                     "startup*: AttributeError: 'KimiK25ForConditionalGeneration' object*"])
     if fault != "hang":
         assert "startup timeout" not in result.stdout.str()  # failed fast, did not wait the timeout out
 
@@ -224,7 +233,18 @@ def test_ctrl_c_during_a_long_startup_leaves_nothing(pytester: pytest.Pytester, 
     out, _ = proc.communicate(timeout=60)
     assert proc.returncode == pytest.ExitCode.INTERRUPTED, out
     assert "KeyboardInterrupt" in out
+    assert re.search(r"^p: INTERRUPTED during startup after \d+\.\d s(?: \(last phase: [^)]+\))?; the server's "
+                     r"process tree was killed", out, re.M), out
+    assert "attached to a running server" not in out
     assert not wait_for_no_processes(mark, timeout=10)
+
+
+def test_a_startup_cut_by_pytest_timeout_says_so(pytester: pytest.Pytester, mark: str) -> None:
+    project(pytester, profile_toml("p", mark, sim="startup_seconds = 30"))
+    result = run(pytester, "--sglang-profile=p", "--sglang-sim", "--timeout=3", "--timeout-method=signal")
+    result.stdout.re_match_lines([r"^p: INTERRUPTED during startup after 3\.\d s \(last phase: .+\); the server's "
+                                  r"process tree was killed"])
+    assert "attached to a running server" not in result.stdout.str()
 
 
 def test_pytest_killed_outright_still_leaves_nothing(pytester: pytest.Pytester, mark: str) -> None:

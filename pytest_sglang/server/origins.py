@@ -93,7 +93,8 @@ def attach_server(url: str, *, profile: str, kind: str = "sglang", health_path: 
 def _failure_hints(plan: LaunchPlan, code: int | None, diagnosis: Diagnosis) -> list[str]:
     hints = []
     module = SERVER_MODULES.get(plan.kind.name)
-    if module and not plan.sim and any(f"No module named '{module}" in c for c in diagnosis.root_causes):
+    said = [*diagnosis.root_causes, *diagnosis.last_lines]
+    if module and not plan.sim and any(f"No module named '{module}" in line for line in said):
         hints.append(
             f"{plan.argv[0]} has no {module} installed: install {module} for it, point the profile's `python` "
             f"at an interpreter that has it, or pass --sglang-sim to run the bundled simulator instead")

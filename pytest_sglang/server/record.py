@@ -64,7 +64,7 @@ class StartupRecord:
             return (f"{name}: INTERRUPTED during startup after {self.elapsed or 0.0:.1f} s{where}; the server's "
                     f"process tree was killed" + (f" (log: {self.log_path})" if self.log_path else ""))
         if self.outcome == "failed":
-            cause = self.cause or ((self.error or "").splitlines() or ["unknown"])[0]
+            cause = self.cause or ((self.error or "").splitlines() or ["unknown"])[0].replace(f"[sglang {name}] ", "")
             return f"{name}: FAILED TO START: {cause}" + (f" (log: {self.log_path})" if self.log_path else "")
         if self.origin == "attached":
             return f"{name}: attached to a running server at http://{self.host}:{self.port} (startup not measured)"

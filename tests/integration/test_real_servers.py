@@ -148,15 +148,10 @@ class HappyRun:
         self.log_text, self.greedy, self.leftovers, self.baseline = log_text, greedy, leftovers, baseline
 
 
-def _stop_reused(project: Path, profile: str) -> None:
-    """Stop the server that --sglang-reuse kept, with the plugin's own teardown."""
-    from pytest_sglang.launch.process import kill_tree
-
-    record_path = project / ".pytest_cache" / "v" / "sglang" / "reuse" / profile
-    if record_path.exists():
-        record = json.loads(record_path.read_text())
-        if record:
-            kill_tree(int(record["pid"]), str(record["token"]), grace=30.0)
+def _stop_reused(project: InnerProject) -> None:
+    """Stop the server that --sglang-reuse kept, as a user does: `pytest --sglang-stop`."""
+    stop = project.run("--sglang-stop", tag="stop", timeout=120)
+    assert stop.returncode == 0, stop.stdout
 
 
 def _happy(kind: str, tmp_path_factory: pytest.TempPathFactory, tiny_models: TinyModels) -> Iterator[HappyRun]:
@@ -177,7 +172,7 @@ def _happy(kind: str, tmp_path_factory: pytest.TempPathFactory, tiny_models: Tin
         if a.returncode == 0:
             b = project.run(*common, "--sglang-baseline-strict", tag="b", env=env)
     finally:
-        _stop_reused(project.path, kind)
+        _stop_reused(project)
         leftovers = reap(mark)
     log_path = project.log_dir / f"{kind}.log"
     log_text = log_path.read_text(errors="replace") if log_path.exists() else ""
