@@ -80,7 +80,7 @@ def test_bad_values_name_file_line_profile_and_key(
 ) -> None:
     path = write(tmp_path, "[tool.pytest_sglang.profiles.p]\n" + body)
     with pytest.raises(ProfileError) as err:
-        load_profiles(tmp_path, None, environ={})
+        load_profiles(tmp_path, None, environ={}).profiles["p"].require()  # an unset ${VAR} is raised when needed
     message = str(err.value)
     assert f"{path}:{line}: profile 'p', key '{key}'" in message
     assert needle in message
