@@ -1,0 +1,141 @@
+"""The fixtures: ``sglang_server``, ``sglang_bench``, ``sglang_baseline``, ``sglang_results``, and their values.
+
+Registered through plugin.py (which imports them); each hands its work to the session's SGLangPlugin.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from pytest_sglang.errors import PluginError, ResultNotFoundError
+from pytest_sglang.plugin import SGLangPlugin, fail_with, plugin_of
+
+if TYPE_CHECKING:
+    from pytest_sglang.baseline import Comparison
+    from pytest_sglang.bench import BenchResult
+    from pytest_sglang.server import ServerHandle, StartupRecord
+
+
+class ResultsView:
+    """The ``sglang_results`` fixture: the session's benchmark results, with a test's semantics. A profile
+    that did not run skips with the reason; a failed comparison fails with its message alone."""
+
+    def __init__(self, plugin: SGLangPlugin) -> None:
+        self._plugin = plugin
+        self._ledger = plugin.ledger
+
+    @property
+    def profiles(self) -> list[str]:
+        return self._ledger.profiles
+
+    def find(self, profile: str, test: str) -> BenchResult | None:
+        return self._ledger.find(profile, test)
+
+    def get(self, profile: str, test: str) -> BenchResult:
+        self._skip_unless_ran(profile)
+        try:
+            return self._ledger.get(profile, test)
+        except ResultNotFoundError as exc:
+            fail_with(exc)
+
+    def compare(self, better: str, other: str, test: str, **margins: str | float) -> dict[str, float]:
+        """Fail unless profile ``better`` beats ``other`` on ``test`` by each margin (e.g.
+        ``output_throughput="10%"``); returns the signed changes in percent (positive: ``better`` is better)."""
+        for profile in (better, other):
+            self._skip_unless_ran(profile)
+        try:
+            return self._ledger.compare(better, other, test, **margins)
+        except (ResultNotFoundError, PluginError, AssertionError) as exc:
+            fail_with(exc)
+
+    def _skip_unless_ran(self, profile: str) -> None:
+        selected = self._plugin.params()
+        if profile not in selected:
+            pytest.skip(f"profile {profile!r} did not run in this session (selected: {', '.join(selected) or 'none'}"
+                        f"); pass --sglang-profile={','.join(dict.fromkeys([*selected, profile]))} to compare it")
+        record = self._ledger.startups.get(profile)
+        if record is not None and not record.ready:
+            pytest.skip(f"profile {profile!r}: its server did not start ({record.cause or record.outcome})")
+
+
+@pytest.fixture(scope="session")
+def sglang_server(request: pytest.FixtureRequest) -> Generator[ServerHandle, None, None]:
+    """A ready server for the current profile (session scope, one per --sglang-profile, one alive at a time).
+
+    Attributes: base_url, host, port, profile, startup_seconds, phases, log_path, pid, url(path), check_alive().
+    """
+    plugin = plugin_of(request.config)
+    param = getattr(request, "param", None)
+    if param is None:
+        try:
+            known = ", ".join(sorted(plugin.profiles().profiles)) or "none defined"
+        except PluginError:
+            known = "see --sglang-config or pyproject.toml"
+        pytest.skip(f"no server selected: pass --sglang-profile=NAME (known: {known}) or --sglang-url=URL")
+    try:
+        server = plugin.open_server(param)
+    except PluginError as exc:
+        if param not in plugin.ledger.startups:
+            plugin.ledger.add_startup(_failed_before_launch(param, exc))
+        fail_with(exc)
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+def _failed_before_launch(profile: str, exc: PluginError) -> StartupRecord:
+    from pytest_sglang.server import StartupRecord
+
+    text = str(exc)
+    return StartupRecord(profile=profile, kind="unknown", origin="launched", outcome="failed", host="", port=0,
+                         error=text, cause=text.splitlines()[0] if text else None)
+
+
+@pytest.fixture(scope="session")
+def sglang_results(request: pytest.FixtureRequest) -> ResultsView:
+    """Every benchmark result of this session by profile: ``.get(profile, test)``, and
+    ``.compare("eagle3", "baseline", "test_x", output_throughput="10%")`` in a test marked
+    ``@pytest.mark.sglang_compare`` (such tests run after all others)."""
+    return ResultsView(plugin_of(request.config))
+
+
+@pytest.fixture
+def sglang_bench(request: pytest.FixtureRequest, sglang_server: ServerHandle) -> Callable[..., BenchResult]:
+    """``sglang_bench(num_requests=64, concurrency=None, request_rate=inf, input_len=128, output_len=128,
+    api="completions"|"chat"|"generate", warmup=1, seed=0, ...)`` streams requests at the profile's server
+    and returns a BenchResult named as sglang.bench_serving names its figures (see pytest_sglang.bench)."""
+    plugin = plugin_of(request.config)
+
+    def bench(**kwargs: Any) -> BenchResult:
+        return plugin.run_bench(request, sglang_server, **kwargs)
+
+    return bench
+
+
+class BaselineFixture:
+    """The ``sglang_baseline`` fixture: ``check(result, output_throughput="5%", median_ttft_ms="10%")``."""
+
+    def __init__(self, request: pytest.FixtureRequest, plugin: SGLangPlugin) -> None:
+        self._request = request
+        self._plugin = plugin
+
+    @property
+    def updating(self) -> bool:
+        return self._plugin.checker.update
+
+    def check(self, result: object, **tolerances: str | float) -> Comparison:
+        """Compare ``result`` (of sglang_bench, or sglang_server for startup_seconds) with the baseline of
+        this profile, test and machine; fails the test on a regression. Tolerances: "5%" or an absolute
+        amount. Under --sglang-update-baseline it records instead."""
+        return self._plugin.check(self._request, result, tolerances)
+
+
+@pytest.fixture
+def sglang_baseline(request: pytest.FixtureRequest) -> BaselineFixture:
+    """``sglang_baseline.check(result, output_throughput="5%")``: direction-aware regression check against
+    the committed baseline file; records instead under --sglang-update-baseline."""
+    return BaselineFixture(request, plugin_of(request.config))
