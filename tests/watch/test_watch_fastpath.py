@@ -1,29 +1,19 @@
-"""The watcher's fast path (lines no rule can act on skip the extractor and the phase rules) and LogTail's plain-
-chunk path must change no result: each is checked against the slow path on real and synthetic logs."""
+"""The prefilter must change no result: the watcher reading blocks of raw bytes (passing over stretches that
+hold no literal of a pending rule) is checked against every rule on every line, on real and synthetic logs
+written in random pieces; LogTail's blocks against a one-shot split; and the cost is checked to stay off the
+per-line path for a block no rule can act on."""
 
 from __future__ import annotations
 
 import random
-import re
 from pathlib import Path
 
 import pytest
 
-from pytest_sglang.kinds import GENERIC, KINDS, SGLANG, VLLM, Kind
-from pytest_sglang.watch import (
-    _CHAIN,
-    _EXCEPTION_IGNORED,
-    _FRAME,
-    _LINE_BREAK,
-    _STRONG_LAST,
-    LogTail,
-    LogWatcher,
-    RootCauseExtractor,
-    _source_of,
-    clean_line,
-    required_literals,
-    strip_prefixes,
-)
+from pytest_sglang.kinds import GENERIC, SGLANG, VLLM, Kind
+from pytest_sglang.watch import LogTail, LogWatcher, RootCauseExtractor, clean_line
+from pytest_sglang.watch.prefixes import source_of, strip_prefixes
+from pytest_sglang.watch.tail import LINE_BREAK
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -50,70 +40,29 @@ TRICKY = [
 
 
 def _lines(path: Path) -> list[str]:
-    return _LINE_BREAK.split(path.read_bytes().decode("utf-8", "replace"))
+    return LINE_BREAK.split(path.read_bytes().decode("utf-8", "replace"))
 
 
 def test_source_of_is_strip_prefixes_source() -> None:
     lines = [line for log in LOGS for line in _lines(log)] + TRICKY
     assert len(lines) > len(TRICKY)
     for line in lines:
-        assert _source_of(line) == strip_prefixes(line)[0], line
+        assert source_of(line) == strip_prefixes(line)[0], line
 
 
-def test_required_literals() -> None:
-    assert required_literals(r"\d+%") == (frozenset({"%"}), False)
-    assert required_literals(r"\d+") is None
-    assert required_literals(r"a?b*") is None
-    assert required_literals(r"(?:foo|ba)r?") == (frozenset({"foo", "ba"}), False)
-    # i and s are left out of folded literals (dotless i, long s): "load", "ng ", "hard" remain; the first wins
-    assert required_literals(r"(?i)Loading shards") == (frozenset({"load"}), True)
-    assert required_literals(r"(?i)ssk") is None  # s and k have non-ASCII case-insensitive matches
-    assert required_literals(r"x(?i:abc)y") is not None  # scoped flags: only the plain parts count
-    assert required_literals(r"[Ww]atchdog timeout") == (frozenset({"atchdog timeout"}), False)
-
-
-def _rules() -> list[re.Pattern[str]]:
-    pats: list[re.Pattern[str]] = [_FRAME, _CHAIN, _STRONG_LAST, _EXCEPTION_IGNORED]
-    for kind in KINDS.values():
-        pats += [r.pattern for r in kind.phases] + list(kind.fatal_markers)
-        if kind.ready_pattern:
-            pats.append(re.compile(kind.ready_pattern))
-        if kind.progress_pattern is not None:
-            pats.append(kind.progress_pattern)
-    return pats
-
-
-@pytest.mark.parametrize("pattern", _rules(), ids=lambda p: p.pattern[:40])
-def test_required_literals_are_sound_on_the_samples(pattern: re.Pattern[str]) -> None:
-    req = required_literals(pattern)
-    assert req is not None, "every rule shipped has literals: else the fast path is off"
-    literals, folded = req
-    for log in LOGS:
-        for line in _lines(log):
-            for text in {line, strip_prefixes(line)[2].strip()}:
-                if pattern.search(text):
-                    hay = text.lower() if folded else text
-                    assert any(lit in hay for lit in literals), (pattern.pattern, text)
-
-
-def _slow(watcher: LogWatcher) -> LogWatcher:
-    watcher._needles = None
-    watcher._extractor._grouped_needles = None
-    return watcher
-
-
-def _outcome(w: LogWatcher) -> dict:
+def _outcome(w: LogWatcher, now: float) -> dict:
     ex = w._extractor
     return {
         "causes": w.root_causes(), "phases": w.phases, "label": w.phase_label, "ready": w.ready_at,
-        "failing": w.failing_since, "progress": w.progress, "last": list(w._last), "seen": w.lines_seen,
-        "owner": ex._owner, "keys": list(ex._prev_body), "closed": list(ex._last_closed),
-        "ignored": [k for k, v in ex._prev_body.items() if _EXCEPTION_IGNORED.match(v)],
+        "failing": w.failing_since, "progress": w.progress, "progress_phase": w._progress_phase,
+        "last": list(w._last), "seen": w.last_line_at, "usage": w.failure_is_usage_error, "status": w.status(now),
+        "owner": ex._owner, "closed": list(ex._last_closed), "ignored": list(ex._ignored), "idle": ex.idle,
     }
 
 
-def _synthetic(rng: random.Random) -> list[str]:
-    """Many sources (more than the extractor keeps), mostly benign lines, with every kind of traceback."""
+def _synthetic(rng: random.Random) -> bytes:
+    """Many sources (more than the extractor keeps), mostly benign lines, every kind of traceback, tqdm bars,
+    colours and control characters, long lines, every line break."""
     prefixes = [
         lambda: f"[2025-01-01 00:00:{rng.randint(0, 59):02d} TP{rng.randint(0, 90)}] ",
         lambda: "[2025-01-01 00:00:01] ",
@@ -122,57 +71,127 @@ def _synthetic(rng: random.Random) -> list[str]:
     ]
     benign = ["Decode batch. #running-req: 5, #token: 100, gen throughput (token/s): 12.5", "",
               "Loading safetensors checkpoint shards:  50% Completed | 1/2 [00:01<00:01, 1.0it/s]",
-              'INFO:     127.0.0.1:5000 - "POST /generate HTTP/1.1" 200 OK', "some noise", "    indented noise"]
+              "Capturing batches (bs=8 avail_mem=1.0 GB):  50%|#####     | 1/2 [00:01<00:01, 1.0it/s]",
+              'INFO:     127.0.0.1:5000 - "POST /generate HTTP/1.1" 200 OK', "some noise", "    indented noise",
+              "x" * rng.choice([10, 70, 300]), "é█ unicode"]
     events = ["Traceback (most recent call last):", '  File "/x/y.py", line 12, in f', "    return g(x)",
               "KeyError: 'layers.0'", "RuntimeError: CUDA error", "Exception ignored in: <function f>",
               "During handling of the above exception, another exception occurred:", "    ^^^^^^^^",
               "launch_server.py: error: unrecognized arguments: --foo", "  | ValueError: x", "KeyboardInterrupt",
-              "Received sigquit from a child process.", "Load weight begin.",
-              "The server is fired up and ready to roll!"]
+              "Received sigquit from a child process.", "Load weight begin.", "KV Cache is allocated.",
+              "Application startup complete.", "The server is fired up and ready to roll!",
+              "Error: No such option: --x", "\x1b[31mRuntimeError: red\x1b[0m",
+              "Trace\x00back (most recent call last):",
+              "Loading weights took 1.0 s", "Capture cuda graph begin.", "a\x85b", "ab\u2028cd"]
+    seps = ["\n"] * 8 + ["\r", "\r\n"]
     p = rng.choice([0.6, 0.95, 0.995])
-    return [rng.choice(prefixes)() + (rng.choice(benign) if rng.random() < p else rng.choice(events))
-            for _ in range(rng.randint(100, 3000))]
+    out = []
+    for _ in range(rng.randint(100, 3000)):
+        body = rng.choice(benign) if rng.random() < p else rng.choice(events)
+        out.append(rng.choice(prefixes)() + body + rng.choice(seps))
+    if rng.random() < 0.5:
+        out.append("last line without a break")
+    return "".join(out).encode()
+
+
+def _cases() -> list[bytes]:
+    return [log.read_bytes() for log in LOGS] + [_synthetic(random.Random(seed)) for seed in range(40)]
+
+
+def _replay(data: bytes, tmp_path: Path, rng: random.Random, watchers: list[tuple[LogWatcher, str]]) -> None:
+    """Write `data` in random pieces; after each, every watcher reads ("poll": its tail; "feed": lines)."""
+    log = tmp_path / "server.log"
+    log.write_bytes(b"")
+    pos, now = 0, 0.0
+    with open(log, "ab") as f:
+        while True:
+            final = pos >= len(data)
+            if not final:
+                step = rng.choice([1, 7, 300, 5000, 100000])
+                f.write(data[pos:pos + step])
+                f.flush()
+                pos += step
+            now += 1.0
+            for w, how in watchers:
+                assert w.tail is not None
+                if how == "poll":
+                    w.poll(now, final=final)
+                else:
+                    w.feed(w.tail.read_lines() + (w.tail.flush() if final else []), now)
+            first = _outcome(watchers[0][0], now)
+            for w, how in watchers[1:]:
+                assert _outcome(w, now) == first, (how, pos)
+            if final:
+                return
 
 
 @pytest.mark.parametrize("kind", [SGLANG, VLLM, GENERIC], ids=lambda k: k.name)
-def test_fast_path_changes_nothing(kind: Kind) -> None:
-    cases = [_lines(log) for log in LOGS] + [_synthetic(random.Random(seed)) for seed in range(40)]
-    for n, lines in enumerate(cases):
+def test_fast_path_changes_nothing(kind: Kind, tmp_path: Path) -> None:
+    log = tmp_path / "server.log"
+    for n, data in enumerate(_cases()):
         rng = random.Random(n)
-        fast, slow = LogWatcher(kind, started_at=0.0), _slow(LogWatcher(kind, started_at=0.0))
-        assert fast._needles is not None and fast._extractor._grouped_needles is not None
-        pos, now = 0, 0.0
-        while pos < len(lines):
-            step = rng.choice([1, 3, 50, 1000])
-            now += 1.0
-            fast.feed(lines[pos:pos + step], now)
-            slow.feed(lines[pos:pos + step], now)
-            pos += step
-            assert _outcome(fast) == _outcome(slow), (n, pos)
+        tails = {"max_line_chars": rng.choice([16, 64, 8192]), "chunk_size": rng.choice([64, 4096, 1 << 20])}
+
+        def make(prefilter: bool, tails: dict = tails, **kw: object) -> LogWatcher:
+            return LogWatcher(kind, started_at=0.0, tail=LogTail(log, **tails), prefilter=prefilter, **kw)
+
+        reference, fast = make(False), make(True)
+        assert fast._every is not None
+        _replay(data, tmp_path, rng, [(reference, "poll"), (fast, "poll"), (make(True), "feed")])
+        # a profile's own ready pattern has no literals: every line is tested against it
+        custom = r"fired up|startup complete\.|Listening"
+        _replay(data, tmp_path, rng, [(make(False, ready_pattern=custom), "poll"),
+                                       (make(True, ready_pattern=custom), "poll")])
 
 
 def test_skipped_line_ends_an_exception_ignored_context() -> None:
     """'Exception ignored in' makes the next traceback of that source soft, but only when adjacent."""
     lines = ["[2025-01-01 00:00:00 TP0] Exception ignored in: <function f>",
-             "[2025-01-01 00:00:00 TP0] Decode batch. #running-req: 5",  # skipped by the fast path
+             "[2025-01-01 00:00:00 TP0] Decode batch. #running-req: 5",  # holds no literal
              "[2025-01-01 00:00:00 TP0] Traceback (most recent call last):",
              '[2025-01-01 00:00:00 TP0]   File "/x.py", line 1, in f',
              "[2025-01-01 00:00:00 TP0] RuntimeError: boom"]
-    for strip in (False, True):
-        ex = RootCauseExtractor()
+    for prefilter in (True, False):
+        ex = RootCauseExtractor(prefilter=prefilter)
         evident = [ex.feed_line(line) for line in lines]
         assert evident[-1] is True  # a hard traceback: not the soft kind an ignored exception prints
-        if strip:
-            ex = RootCauseExtractor()
-            ex._grouped_needles = None
-            assert [ex.feed_line(line) for line in lines] == evident
+        assert ex.idle
+
+
+def test_a_block_no_rule_can_act_on_is_not_split(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The cost: of a serving log that holds no literal, only the last lines of each block are decoded."""
+    decoded = 0
+    split = LogTail.split
+
+    def counting(self: LogTail, block: bytes) -> list[str]:
+        nonlocal decoded
+        decoded += len(block)
+        return split(self, block)
+
+    monkeypatch.setattr(LogTail, "split", counting)
+    line = ("[2025-03-08 12:00:01 TP0] Decode batch. #running-req: 12, #token: 3000, token usage: 0.12, "
+            "cuda graph: True, gen throughput (token/s): 1234.56, #queue-req: 0, \n")
+    log = tmp_path / "server.log"
+    log.write_bytes(b"")
+    w = LogWatcher(SGLANG, started_at=0.0, tail=LogTail(log))
+    size = 0
+    with open(log, "ab") as f:
+        for i in range(50):
+            piece = (line * 400).encode()
+            f.write(piece)
+            f.flush()
+            size += len(piece)
+            w.poll(float(i))
+    assert decoded < size / 5, (decoded, size)
+    assert w._extractor._owner == "TP0"
+    assert list(w._last) == [line.rstrip("\n")] * w.LAST_LINES
 
 
 def _reference_lines(data: bytes, max_chars: int) -> list[str]:
     def cut(p: str) -> str:
         return p if len(p) <= max_chars else p[: max_chars - 1] + "\u2026"
 
-    parts = _LINE_BREAK.split(data.decode("utf-8", "replace"))
+    parts = LINE_BREAK.split(data.decode("utf-8", "replace"))
     return [clean_line(cut(p)) for p in parts[:-1]] + ([clean_line(cut(parts[-1]))] if parts[-1] else [])
 
 
@@ -180,7 +199,7 @@ def _reference_lines(data: bytes, max_chars: int) -> list[str]:
 def test_logtail_plain_and_mixed_chunks_match_a_one_shot_split(tmp_path: Path, seed: int) -> None:
     rng = random.Random(seed)
     pieces = ["plain line", "", "x" * 100, "é█ unicode", "a\u2028b", "c\x85d", "\x1b[31mred\x1b[0m", "nul\x00here",
-              "tab\there", "\x0bvt", "\x1cfs"]
+              "tab\there", "\x0bvt", "\x1cfs", "ü" * 40]
     seps = ["\n", "\r", "\r\n", "\n\n"]
     text = "".join(rng.choice(pieces) + rng.choice(seps) for _ in range(rng.randint(1, 400)))
     if rng.random() < 0.5:

@@ -49,12 +49,12 @@ def _load(sidecar: Path) -> tuple[dict[str, Any], Path]:
 
 
 def _replay(log: Path, kind: Kind, tmp_path: Path, *, seed: int) -> tuple[LogWatcher, LogTail]:
-    """Write the sample into a growing file in random pieces, reading it like the readiness loop does."""
+    """Write the sample into a growing file in random pieces, polled as the readiness loop does."""
     data = log.read_bytes()
     live = tmp_path / log.name
     live.write_bytes(b"")
     tail = LogTail(live)
-    watcher = LogWatcher(kind, started_at=100.0)
+    watcher = LogWatcher(kind, started_at=100.0, tail=tail)
     rng = random.Random(seed)
     pos, now = 0, 100.0
     with open(live, "ab") as f:
@@ -64,8 +64,8 @@ def _replay(log: Path, kind: Kind, tmp_path: Path, *, seed: int) -> tuple[LogWat
             f.flush()
             pos += step
             now += 0.25
-            watcher.feed(tail.read_lines(), now)
-    watcher.feed(tail.flush(), now + 0.25)
+            watcher.poll(now)
+    watcher.poll(now + 0.25, final=True)
     return watcher, tail
 
 
