@@ -7,6 +7,7 @@ Pytest-independent; one job per module, data flowing one way:
     literals.py   LiteralSet: the prefilter, does a line or a block of bytes hold one of the rules' literals
     shapes.py     the shapes of a Python failure's lines (traceback header, frames, ...), literals declared beside
     extractor.py  RootCauseExtractor: the per-source state machine that turns those lines into root causes
+    causes.py     the extractor's records (a cause and how it is shown, an open traceback, ...)
     watcher.py    LogWatcher: a Kind's rules (kinds.py) applied as the log grows: ready, phases, progress, failure
 """
 

@@ -25,10 +25,10 @@ from __future__ import annotations
 import re
 from collections import deque
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from ..kinds import SGLANG, VLLM, Kind, LinePattern
+from .causes import UNKNOWN, Cause, OpenTraceback, Orphan, Reversed
 from .literals import LiteralSet
 from .prefixes import source_of, strip_prefixes
 from .shapes import (
@@ -61,63 +61,6 @@ _TIER_ORPHAN = 2
 _TIER_SOFT = 3
 _TIER_CONSEQUENCE = 4
 
-_UNKNOWN = "-"  # key for lines whose writer cannot be told
-
-
-@dataclass
-class _Cause:
-    headline: str
-    norm: str
-    tier: int
-    order: int
-    sources: list[str] = field(default_factory=list)
-    frames: list[tuple[str, str | None]] = field(default_factory=list)
-    dropped_frames: int = 0
-    causes: list[str] = field(default_factory=list)
-    count: int = 1
-    more_sources: int = 0
-
-    def render(self) -> str:
-        out = [self.headline]
-        named = [s for s in self.sources if s != _UNKNOWN]
-        if len(named) > 1 or (named and named[0] != "main"):
-            extra = f" and {self.more_sources} more" if self.more_sources else ""
-            out.append(f"(raised on {', '.join(named)}{extra})")
-        for cause in self.causes:
-            out.append(f"caused by: {cause}")
-        if self.dropped_frames:
-            out.append(f"  ... {self.dropped_frames} earlier frame(s) not shown")
-        for frame, code in self.frames:
-            out.append("  " + frame.strip())
-            if code:
-                out.append("    " + code.strip())
-        return "\n".join(out)
-
-
-@dataclass
-class _OpenTraceback:
-    soft: bool
-    frames: deque[tuple[str, str | None]]
-    nframes: int = 0
-    last_was_frame: bool = False
-    noise: int = 0
-    chain_parent: _Cause | None = None
-
-
-@dataclass
-class _Reversed:
-    cause: _Cause
-    pending_code: str | None = None
-    last_was_frame: bool = True
-
-
-@dataclass
-class _Orphan:
-    cause: _Cause
-    lines_since: int = 0
-    code: str | None = None
-
-
 class RootCauseExtractor:
     """Incremental root-cause extraction; feed lines in log order, ask `root_causes()` any time.
 
@@ -146,16 +89,16 @@ class RootCauseExtractor:
         self.max_frames = max_frames
         self.max_line_chars = max_line_chars
         self.dropped_causes = 0
-        self._causes: dict[str, _Cause] = {}
+        self._causes: dict[str, Cause] = {}
         self._order = 0
         self._markers: list[str] = []
-        self._open: dict[str, _OpenTraceback] = {}
-        self._reversed: dict[str, _Reversed] = {}
-        self._orphan: dict[str, _Orphan] = {}
-        self._last_closed: dict[str, _Cause] = {}
-        self._chain: dict[str, _Cause] = {}
+        self._open: dict[str, OpenTraceback] = {}
+        self._reversed: dict[str, Reversed] = {}
+        self._orphan: dict[str, Orphan] = {}
+        self._last_closed: dict[str, Cause] = {}
+        self._chain: dict[str, Cause] = {}
         self._ignored: dict[str, None] = {}  # sources whose last line was "Exception ignored in ..."
-        self._owner = _UNKNOWN
+        self._owner = UNKNOWN
         declared = prefilter and all(m.literals for m in markers)
         self._literals = LiteralSet([*LITERALS, *(lit for m in markers for lit in m.literals)]) if declared else None
 
@@ -227,7 +170,7 @@ class RootCauseExtractor:
         frames: Iterable[tuple[str, str | None]] = (),
         dropped_frames: int = 0,
         causes: Sequence[str] = (),
-    ) -> _Cause | None:
+    ) -> Cause | None:
         if CONSEQUENCE.search(headline) and tier < _TIER_CONSEQUENCE:
             tier = _TIER_CONSEQUENCE
         key = norm(headline)
@@ -238,7 +181,7 @@ class RootCauseExtractor:
                 self.dropped_causes += 1
                 return None
             self._order += 1
-            cause = _Cause(headline, key, tier, self._order, frames=frames, dropped_frames=dropped_frames)
+            cause = Cause(headline, key, tier, self._order, frames=frames, dropped_frames=dropped_frames)
             self._causes[key] = cause
         else:
             cause.count += 1
@@ -256,7 +199,7 @@ class RootCauseExtractor:
                 cause.causes.append(c)
         return cause
 
-    def _retract(self, cause: _Cause) -> None:
+    def _retract(self, cause: Cause) -> None:
         """One occurrence of `cause` turned out to be the earlier link of a chain."""
         cause.count -= 1
         if cause.count <= 0 and self._causes.get(cause.norm) is cause:
@@ -282,7 +225,7 @@ class RootCauseExtractor:
                 and self._owner not in self._reversed
             ):
                 # a traceback printed straight to stderr by some process without a log prefix
-                key = self._owner = _UNKNOWN
+                key = self._owner = UNKNOWN
         after_ignored = key in self._ignored
         if EXCEPTION_IGNORED.match(stripped):
             self._put(self._ignored, key, None)
@@ -301,7 +244,7 @@ class RootCauseExtractor:
             self._orphan.pop(key, None)
             parent = self._chain.pop(key, None)
             soft = (level in _SOFT_LEVELS) or after_ignored
-            self._put(self._open, key, _OpenTraceback(soft, deque(maxlen=self.max_frames), chain_parent=parent))
+            self._put(self._open, key, OpenTraceback(soft, deque(maxlen=self.max_frames), chain_parent=parent))
             self._owner = key
             return False
 
@@ -323,11 +266,11 @@ class RootCauseExtractor:
                 cause = orphan.cause
                 cause.tier = min(cause.tier, _TIER_TRACEBACK)
                 cause.frames.append((stripped, orphan.code))
-                self._put(self._reversed, key, _Reversed(cause))
+                self._put(self._reversed, key, Reversed(cause))
                 return True
             self._orphan.pop(key, None)
             # a traceback whose header was cut off
-            tb = _OpenTraceback(False, deque(maxlen=self.max_frames))
+            tb = OpenTraceback(False, deque(maxlen=self.max_frames))
             self._put(self._open, key, tb)
             return self._feed_forward(key, tb, body, stripped)
 
@@ -345,7 +288,7 @@ class RootCauseExtractor:
             evident = level in _HARD_LEVELS
             if orphan_cause is not None:
                 cause = orphan_cause
-                self._put(self._orphan, key, _Orphan(cause))
+                self._put(self._orphan, key, Orphan(cause))
                 # a chain read backwards: "During handling ..." was just seen after a reversed block
                 parent = self._chain.pop(key, None)
                 if parent is not None and parent is not cause and cause.norm != parent.norm:
@@ -360,7 +303,7 @@ class RootCauseExtractor:
             return True
         return False
 
-    def _feed_forward(self, key: str, tb: _OpenTraceback, body: str, stripped: str) -> bool:
+    def _feed_forward(self, key: str, tb: OpenTraceback, body: str, stripped: str) -> bool:
         if not stripped or CARET.match(body) or REPEATED.match(body):
             return False
         if FRAME.match(body):
@@ -392,7 +335,7 @@ class RootCauseExtractor:
             del self._open[key]
         return False
 
-    def _feed_reversed(self, key: str, rev: _Reversed, body: str, stripped: str) -> bool:
+    def _feed_reversed(self, key: str, rev: Reversed, body: str, stripped: str) -> bool:
         """Returns True when the line was consumed by the reversed traceback."""
         cause = rev.cause
         if FRAME.match(body):

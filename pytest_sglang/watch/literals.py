@@ -6,30 +6,25 @@ one of which each line it matches holds; a `LiteralSet` is the union of the lite
 A line (`holds_any`): a one-character test per group of literals first (their anchor), then `in`.
 
 A block of bytes (`candidates`, then `Hits`): one ``bytes.translate`` pass keeps only the bytes of a small set
-(each literal's rarest characters in server logs, and the control characters) and drops the rest; a literal can
-only occur in the block where its own kept bytes occur, in a row, in that projection, so the few literals whose
-projection is there are the only ones `bytes.find` then looks for. A block that holds a control character
-(ANSI escapes: its text is cleaned, which may join a literal) answers None: read it line by line. Literals with no
-rare character are looked for with `bytes.find` in every block.
+(each literal's two rarest characters in this log, counted on a sample now and then, and the control characters)
+and drops the rest. A literal can only occur in the block where its own kept bytes occur, in a row, in that
+projection, so only the literals whose projection is there (a ``memchr`` for its rarest character, then ``in``)
+are looked for with `bytes.find`. A block that holds a control character (ANSI escapes: its text is cleaned,
+which may join a literal) answers None: read it line by line.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable
 
 from .tail import CONTROL_BYTES
 
 __all__ = ["Hits", "LiteralSet"]
 
-# Printable ASCII from the rarest to the commonest in server logs: byte frequencies of the crash and startup
-# logs of shared/samples/logs and tests/integration/logs, averaged with those of a serving log (SGLang decode,
-# prefill and access lines, tqdm bars; benchmarks/readiness.py's). Only the cost of the prefilter depends on it.
-_RARITY = (
-    "$&@\\~J!;+?>*`YQZXjV{}WKUzMHL%<B\"AxSGRDEI^wC|FyNO)(v=Pf97#q][T4685/bkm'3h.dpgcl_-1,2iuso:rtna0e "
-)
-_RANK = {c: i for i, c in enumerate(_RARITY)}
-_RARE = 40  # characters ranked below this are kept in the projection
-_PER_LITERAL = 2  # at most this many of a literal's rare characters
+_PER_LITERAL = 2  # a literal is probed by its two rarest characters in the log (more, where they never occur)
+_RETUNE_BYTES = 16 << 20  # the rarest characters are counted again after this much log
+_SAMPLE_BYTES = 16 << 10  # on this much of it
 
 
 def minimal(literals: Iterable[str]) -> tuple[str, ...]:
@@ -56,18 +51,10 @@ class LiteralSet:
             anchor = next((c for c in lit if "A" <= c <= "Z"), "")
             groups.setdefault(anchor, []).append(lit)
         self._groups = tuple((a, tuple(groups[a])) for a in sorted(groups))
-        # blocks: the projection onto the literals' rare characters and the control characters
-        keep = set(CONTROL_BYTES)
-        rare: dict[str, bytes] = {}
-        for lit in self.literals:
-            chars = sorted({c for c in lit if _RANK.get(c, len(_RARITY)) < _RARE}, key=_RANK.__getitem__)
-            rare[lit] = "".join(chars[:_PER_LITERAL]).encode()
-            keep.update(rare[lit])
-        self._delete = bytes(b for b in range(256) if b not in keep)
-        encoded = [(lit.encode(), rare[lit]) for lit in self.literals]
-        self._probes = tuple((b, b.translate(None, self._delete)) for b, r in encoded if r)
-        self._always = tuple(b for b, r in encoded if not r)  # no rare character: looked for in every block
-        self.encoded = frozenset(b for b, _ in encoded)
+        self.encoded = frozenset(lit.encode() for lit in self.literals)
+        self._scanned = _RETUNE_BYTES  # log bytes scanned since the rarest characters were counted
+        self._delete = b""
+        self._probes: tuple[tuple[bytes, bytes, bytes], ...] = ()
 
     def holds_any(self, line: str) -> bool:
         for anchor, group in self._groups:
@@ -80,12 +67,29 @@ class LiteralSet:
     def candidates(self, data: bytes) -> list[bytes] | None:
         """The literals (encoded) that may occur in `data`, a superset of those that do; None when `data`
         holds a control character."""
+        if self._scanned >= _RETUNE_BYTES:
+            self._tune(data[-_SAMPLE_BYTES:])
+        self._scanned += len(data)
         proj = data.translate(None, self._delete)
         if proj and len(proj.translate(None, CONTROL_BYTES)) != len(proj):
             return None
-        found = [lit for lit, p in self._probes if p in proj]
-        found += self._always
-        return found
+        return [lit for lit, probe, rarest in self._probes if rarest in proj and probe in proj]
+
+    def _tune(self, sample: bytes) -> None:
+        """Choose the projection's characters: each literal's rarest in `sample` (any choice is correct; a
+        rare one keeps the projection short and its probe selective)."""
+        self._scanned = 0
+        counts = Counter(sample)
+        keep = set(CONTROL_BYTES)
+        for lit in self.encoded:
+            chars = sorted(set(lit), key=lambda c: (counts[c], c))
+            keep.update(c for i, c in enumerate(chars) if i < _PER_LITERAL or counts[c] == 0)
+        self._delete = bytes(b for b in range(256) if b not in keep)
+        probes = []
+        for lit in sorted(self.encoded):
+            probe = lit.translate(None, self._delete)
+            probes.append((lit, probe, bytes([min(probe, key=lambda c: (counts[c], c))])))
+        self._probes = tuple(probes)
 
 
 class Hits:
