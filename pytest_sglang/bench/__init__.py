@@ -9,7 +9,10 @@ a server and returns a :class:`BenchResult`. One module per job:
 * ``client``: the synchronous ``Client`` for the calls a test makes one at a time;
 * ``prompts``: prompts of an exact token length (``make_prompts``, ``load_tokenizer``);
 * ``metrics``: ``RequestRecord``, ``BenchResult``, ``compute_metrics``, ``percentile`` (the definitions);
-* ``runner``: ``run_bench`` (warmup, concurrency, Poisson arrivals) and ``expected_throughput``.
+  ``combine_rounds`` and ``Spread`` (rounds: medians and spread), ``meets_slo`` (goodput);
+* ``runner``: ``run_bench`` (warmup, rounds, concurrency, Poisson arrivals) and ``expected_throughput``;
+* ``sweep``: ``sweep`` (one result per concurrency or request rate: the curve, its knee) and ``search_slo``
+  (the highest concurrency or rate that meets an SLO).
 
 Errors are :mod:`pytest_sglang.errors`' own: BenchmarkError for bad arguments, BenchmarkFailedError (with the
 result) when requests failed, ServerRequestError when the client gets an error answer.
@@ -19,10 +22,14 @@ from __future__ import annotations
 
 from pytest_sglang.bench.client import Client
 from pytest_sglang.bench.metrics import (
+    ROUND_METRICS,
     BenchResult,
     RequestRecord,
+    Spread,
+    combine_rounds,
     compute_metrics,
     failure_text,
+    meets_slo,
     percentile,
     record_from_stream,
 )
@@ -34,6 +41,7 @@ from pytest_sglang.errors import BenchmarkError, BenchmarkFailedError, ServerReq
 
 __all__ = [
     "API_PATHS",
+    "ROUND_METRICS",
     "Api",
     "BenchResult",
     "BenchmarkError",
@@ -42,13 +50,16 @@ __all__ = [
     "RequestRecord",
     "ServerLike",
     "ServerRequestError",
+    "Spread",
     "StreamResult",
     "build_payload",
+    "combine_rounds",
     "compute_metrics",
     "expected_throughput",
     "failure_text",
     "load_tokenizer",
     "make_prompts",
+    "meets_slo",
     "percentile",
     "record_from_stream",
     "run_bench",

@@ -16,22 +16,45 @@
 
 Failed requests never hide: ``failed`` and ``first_failure`` say what happened, and ``connection_errors``
 how many requests got no complete HTTP answer (the caller decides whether the server died).
+
+Rounds (``run_bench(..., rounds=N)``): :func:`combine_rounds` makes the headline result of N rounds: every
+figure of :data:`ROUND_METRICS` is the median of the rounds' figures, the counts are the median round's
+(``completed``, token totals), while the honesty counters (``failed``, ``connection_errors``,
+``chunk_count_mismatches``, ``server_token_counts_missing``) add up over every round, so a failure in any
+round shows. ``spread`` holds a :class:`Spread` (n, median, mean, stdev, CV, min, max) per figure, and
+``rounds`` the per-round results.
+
+Goodput (``slo={"ttft_ms": 200, "tpot_ms": 50, "e2el_ms": ...}``), as ``vllm bench serve --goodput`` defines
+it: the completed requests that meet every given limit (``<=``), per second of ``duration``; TPOT is 0 for a
+request of one output token. ``slo_attainment`` is their share of all measured requests.
 """
 
 from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field, fields
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 from pytest_sglang.bench.payloads import API_PATHS
 from pytest_sglang.bench.stream import StreamResult
 
-# Fields of BenchResult left out of to_dict(): the requests (on demand), and what only the caller acts on
-# (docs/report-schema.md lists every field of a report's "result").
-_NOT_REPORTED = frozenset({"requests", "connection_errors"})
+# Fields of BenchResult left out of to_dict(): the requests (on demand), what only the caller acts on, and the
+# rounds and spread (written in their own shape) (docs/report-schema.md lists every field of a report's "result").
+_NOT_REPORTED = frozenset({"requests", "connection_errors", "rounds", "spread"})
+
+# The figures that are medians over rounds and have a spread: rates and latencies, not counts.
+ROUND_METRICS: tuple[str, ...] = (
+    "duration", "request_throughput", "input_throughput", "output_throughput", "total_throughput", "concurrency",
+    *(f"{stat}_{key}_ms" for key in ("ttft", "itl", "tpot", "e2e_latency")
+      for stat in ("mean", "median", "std", "p90", "p99")),
+    "max_itl_ms", "accept_length", "goodput", "slo_attainment", "client_busy",
+)
+# Counters that add up over rounds (a failure in any round shows in the headline).
+_SUMMED = ("failed", "connection_errors", "chunk_count_mismatches", "server_token_counts_missing")
+# vllm bench serve --goodput's keys, in ms, and our names for them.
+SLO_KEYS = {"ttft_ms": "ttft", "tpot_ms": "tpot", "e2el_ms": "e2el"}
 
 
 @dataclass
@@ -51,6 +74,33 @@ class RequestRecord:
     error: str | None = None
     connection_error: bool = False
     spec_verify_ct: int | None = None
+
+
+@dataclass(frozen=True)
+class Spread:
+    """How much one figure moved over the rounds. ``cv_pct`` is the sample standard deviation over the mean in
+    percent (None with one round, or a mean of 0)."""
+
+    n: int
+    median: float
+    mean: float
+    stdev: float
+    cv_pct: float | None
+    min: float
+    max: float
+
+    @classmethod
+    def of(cls, values: Sequence[float]) -> Spread:
+        if not values:
+            raise ValueError("a spread needs at least one value")
+        data = [float(v) for v in values]
+        mean = statistics.fmean(data)
+        stdev = statistics.stdev(data) if len(data) > 1 else 0.0
+        cv = stdev / abs(mean) * 100.0 if len(data) > 1 and mean else None
+        return cls(len(data), statistics.median(data), mean, stdev, cv, min(data), max(data))
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
 
 
 @dataclass
@@ -105,6 +155,18 @@ class BenchResult:
     p99_e2e_latency_ms: float = 0.0
     # speculative decoding
     accept_length: float | None = None
+    # goodput under SLOs (vllm bench serve --goodput): None unless run with slo={...}
+    slo: dict[str, float] | None = None  # {"ttft_ms": 200, "tpot_ms": 50, "e2el_ms": ...}, any subset
+    goodput: float | None = None  # completed requests meeting every limit, per second of duration
+    slo_attainment: float | None = None  # their share of the measured requests (0..1)
+    # the load generator itself: CPU seconds of its event-loop thread, and that over the wall time (0..1); a
+    # client busy most of the run measures itself, not the server (client_bound)
+    client_cpu_seconds: float | None = None
+    client_busy: float | None = None
+    client_bound: bool = False
+    # rounds: 1 unless run_bench(rounds=N); the per-round results and each figure's spread over them
+    num_rounds: int = 1
+    sweep: dict[str, Any] | None = None  # {"param": "concurrency", "value": 4} for a point of a sweep
     # honesty
     first_failure: dict[str, Any] | None = None  # {"index", "status", "error"} of the first failed request
     chunk_count_mismatches: int = 0
@@ -113,6 +175,8 @@ class BenchResult:
     # the caller asks its server handle whether the server died (not part of to_dict)
     connection_errors: int = 0
     requests: list[RequestRecord] = field(default_factory=list, repr=False)
+    rounds: list[BenchResult] = field(default_factory=list, repr=False)
+    spread: dict[str, Spread] = field(default_factory=dict, repr=False)
 
     def to_dict(self, *, include_requests: bool = False) -> dict[str, Any]:
         """JSON-ready figures (``request_rate`` inf becomes the string "inf"), as docs/report-schema.md lists
@@ -125,9 +189,22 @@ class BenchResult:
             if isinstance(value, float) and math.isinf(value):
                 value = "inf"
             out[f.name] = value
+        out["spread"] = {m: sp.to_dict() for m, sp in self.spread.items()}
+        if len(self.rounds) > 1:
+            out["rounds"] = [{k: v for k, v in r.to_dict().items() if k not in ("spread", "sweep")}
+                             for r in self.rounds]
         if include_requests:
             out["requests"] = [asdict(r) for r in self.requests]
         return out
+
+    def samples(self, metric: str) -> list[float]:
+        """The per-round values of ``metric`` (one value without rounds; [] where it has none)."""
+        source = self.rounds or [self]
+        values = [getattr(r, metric, None) for r in source]
+        if any(v is None for v in values):
+            value = getattr(self, metric, None)
+            return [] if value is None else [float(value)]
+        return [float(v) for v in values]  # type: ignore[arg-type]
 
     @property
     def ok(self) -> bool:
@@ -159,6 +236,12 @@ class BenchResult:
         ]
         if self.accept_length is not None:
             lines.append(row("Accept length:", self.accept_length))
+        if self.goodput is not None:
+            lines.append(row("Request goodput (req/s):", self.goodput))
+        if self.num_rounds > 1:
+            sp = self.spread.get("output_throughput")
+            cv = f", CV {sp.cv_pct:.1f}%" if sp and sp.cv_pct is not None else ""
+            lines.append(row("Rounds (figures: medians):", f"{self.num_rounds}{cv}"))
         sections = (("End-to-End Latency", "e2e_latency"), ("Time to First Token", "ttft"),
                     ("Time per Output Token (excl. 1st token)", "tpot"), ("Inter-Token Latency", "itl"))
         for title, key in sections:
@@ -203,6 +286,33 @@ def _stats(values_s: Sequence[float]) -> dict[str, float]:
         "p90": percentile(ms, 90),
         "p99": percentile(ms, 99),
     }
+
+
+def meets_slo(record: RequestRecord, slo: Mapping[str, float]) -> bool:
+    """Whether a completed request meets every limit of ``slo`` (ms, ``<=``), as vllm bench serve counts it."""
+    if not record.ok:
+        return False
+    ttft = record.ttft if record.ttft is not None else record.latency
+    tpot = (record.latency - ttft) / (record.output_tokens - 1) if record.output_tokens > 1 else 0.0
+    measured = {"ttft_ms": ttft, "tpot_ms": tpot, "e2el_ms": record.latency}
+    return all(measured[k] * 1000.0 <= float(limit) for k, limit in slo.items())
+
+
+def check_slo(slo: Mapping[str, Any]) -> dict[str, float]:
+    """``slo`` with vllm's short names (``ttft``, ``tpot``, ``e2el``) accepted; BenchmarkError for the rest."""
+    from pytest_sglang.errors import BenchmarkError
+
+    out: dict[str, float] = {}
+    for key, limit in slo.items():
+        name = key if key in SLO_KEYS else f"{key}_ms" if f"{key}_ms" in SLO_KEYS else None
+        if name is None:
+            raise BenchmarkError(f"slo key {key!r} unknown: use ttft_ms, tpot_ms and e2el_ms (milliseconds)")
+        if isinstance(limit, bool) or not isinstance(limit, (int, float)) or not limit > 0:
+            raise BenchmarkError(f"slo {key} must be a positive number of milliseconds, got {limit!r}")
+        out[name] = float(limit)
+    if not out:
+        raise BenchmarkError("slo needs at least one of ttft_ms, tpot_ms, e2el_ms")
+    return out
 
 
 def record_from_stream(s: StreamResult, prompt_tokens: int) -> RequestRecord:
@@ -260,4 +370,38 @@ def compute_metrics(
     if verify:
         verified = sum(r.spec_verify_ct or 0 for r in verify)
         result.accept_length = sum(r.output_tokens for r in verify) / verified
+    if result.slo:
+        met = sum(1 for r in records if meets_slo(r, result.slo))
+        result.goodput = met / duration if duration > 0 else 0.0
+        result.slo_attainment = met / len(records) if records else 0.0
     return result
+
+
+def combine_rounds(rounds: Sequence[BenchResult]) -> BenchResult:
+    """The headline result of one or more rounds of the same workload: medians of :data:`ROUND_METRICS`,
+    the median round's counts, the honesty counters summed, and a :class:`Spread` per figure."""
+    if not rounds:
+        raise ValueError("combine_rounds needs at least one round")
+    first = rounds[0]
+    head = replace(first, requests=[r for rnd in rounds for r in rnd.requests], rounds=list(rounds), spread={},
+                   num_rounds=len(rounds))
+    for metric in ROUND_METRICS:
+        values = [getattr(r, metric) for r in rounds]
+        if any(v is None for v in values):
+            continue
+        head.spread[metric] = Spread.of(values)
+        setattr(head, metric, statistics.median(values))
+    by_throughput = sorted(rounds, key=lambda r: r.output_throughput)
+    middle = by_throughput[(len(rounds) - 1) // 2]  # the median round (the lower one of an even count)
+    for count in ("completed", "total_input_tokens", "total_output_tokens"):
+        setattr(head, count, getattr(middle, count))
+    for counter in _SUMMED:
+        setattr(head, counter, sum(getattr(r, counter) for r in rounds))
+    for i, rnd in enumerate(rounds):
+        if rnd.first_failure is not None:
+            head.first_failure = {**rnd.first_failure, "round": i} if len(rounds) > 1 else rnd.first_failure
+            break
+    cpu = [r.client_cpu_seconds for r in rounds if r.client_cpu_seconds is not None]
+    head.client_cpu_seconds = sum(cpu) if cpu else None
+    head.client_bound = any(r.client_bound for r in rounds)
+    return head

@@ -1,11 +1,16 @@
-"""The run: ``run_bench(server, num_requests=..., concurrency=..., input_len=..., output_len=...)``.
+"""The run: ``run_bench(server, num_requests=..., concurrency=..., input_len=..., output_len=..., rounds=1)``.
 
-It builds the prompts and request bodies, runs the warmup requests and then the measured ones through the
-streaming client on one event loop (``concurrency`` caps those in flight, ``request_rate`` spaces their
-arrivals as a Poisson process), and returns the :class:`~pytest_sglang.bench.metrics.BenchResult` of the
-measured ones. Failed requests raise :class:`~pytest_sglang.errors.BenchmarkFailedError` carrying the result,
-unless ``allow_failures=True``. The runner never asks about the server's liveness: ``connection_errors``
-tells the caller that some requests got no answer, and the caller asks its server handle why.
+It builds the prompts and request bodies, runs the warmup requests once and then ``rounds`` rounds of the
+measured ones through the streaming client on one event loop (``concurrency`` caps those in flight,
+``request_rate`` spaces their arrivals as a Poisson process, the same arrivals every round), and returns the
+:class:`~pytest_sglang.bench.metrics.BenchResult` of the measured ones: with several rounds, the medians of the
+rounds with each figure's spread, and the rounds themselves in ``result.rounds`` (metrics.combine_rounds).
+Rounds are ``ROUND_GAP_S`` apart, so the server drains between them. The event-loop thread's CPU time over
+each round's wall time is ``client_busy``; past ``CLIENT_BOUND_BUSY`` the run is ``client_bound``: the figures
+then measure the load generator, and a baseline check does not judge them. Failed requests raise
+:class:`~pytest_sglang.errors.BenchmarkFailedError` carrying the result, unless ``allow_failures=True``.
+The runner never asks about the server's liveness: ``connection_errors`` tells the caller that some requests
+got no answer, and the caller asks its server handle why.
 """
 
 from __future__ import annotations
@@ -14,19 +19,30 @@ import asyncio
 import math
 import random
 import threading
+import time
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from pytest_sglang.bench.client import Client
-from pytest_sglang.bench.metrics import BenchResult, compute_metrics, failure_text, record_from_stream
+from pytest_sglang.bench.metrics import (
+    BenchResult,
+    check_slo,
+    combine_rounds,
+    compute_metrics,
+    failure_text,
+    record_from_stream,
+)
 from pytest_sglang.bench.payloads import API_PATHS, Api, build_payload
 from pytest_sglang.bench.prompts import load_tokenizer, make_prompts
 from pytest_sglang.bench.stream import ConnectionPool, StreamResult, stream_request
 from pytest_sglang.errors import BenchmarkError, BenchmarkFailedError
 
 T = TypeVar("T")
+
+ROUND_GAP_S = 0.1  # pause between rounds: the server goes idle, one round's tail never overlaps the next
+CLIENT_BOUND_BUSY = 0.9  # the client's event loop busy this share of a round: the round measured the client
 
 
 @runtime_checkable
@@ -84,8 +100,12 @@ async def _drive(
     rng: random.Random,
     timeout: float | None,
     warmup_bodies: Sequence[dict[str, Any]] = (),
-) -> tuple[list[StreamResult], list[StreamResult]]:
+    rounds: int = 1,
+    seed: int = 0,
+) -> tuple[list[StreamResult], list[tuple[list[StreamResult], float, float]]]:
+    """Warmup once, then ``rounds`` rounds: (warmup results, [(measured results, client CPU s, wall s)])."""
     pool = ConnectionPool(base_url, api_key=api_key)
+    done: list[tuple[list[StreamResult], float, float]] = []
     try:
         warm = [await stream_one(pool, api, b, timeout) for b in warmup_bodies[:1]]
         if len(warmup_bodies) > 1:
@@ -98,15 +118,21 @@ async def _drive(
             async with sem:
                 return await stream_one(pool, api, body, timeout)
 
-        tasks: list[asyncio.Task[StreamResult]] = []
-        for i, body in enumerate(bodies):
-            if i and math.isfinite(request_rate) and request_rate > 0:
-                await asyncio.sleep(rng.expovariate(request_rate))
-            tasks.append(asyncio.ensure_future(one(body)))
-        measured = list(await asyncio.gather(*tasks))
+        for k in range(rounds):
+            if k:
+                await asyncio.sleep(ROUND_GAP_S)
+            rng.seed(seed + 1)  # the same arrivals every round: only the system varies
+            cpu0, wall0 = time.thread_time(), time.perf_counter()
+            tasks: list[asyncio.Task[StreamResult]] = []
+            for i, body in enumerate(bodies):
+                if i and math.isfinite(request_rate) and request_rate > 0:
+                    await asyncio.sleep(rng.expovariate(request_rate))
+                tasks.append(asyncio.ensure_future(one(body)))
+            measured = list(await asyncio.gather(*tasks))
+            done.append((measured, time.thread_time() - cpu0, time.perf_counter() - wall0))
     finally:
         await pool.close()
-    return warm, measured
+    return warm, done
 
 
 async def stream_one(
@@ -134,13 +160,18 @@ def run_bench(
     timeout: float | None = 1800.0,
     allow_failures: bool = False,
     profile: str | None = None,
+    rounds: int = 1,
+    slo: Mapping[str, float] | None = None,
 ) -> BenchResult:
     """Benchmark ``server`` (a server handle, or a base URL) with streamed requests; see the package doc.
 
     ``concurrency`` caps requests in flight (None: no cap); ``request_rate`` is the Poisson arrival rate in
     requests/s (inf: all at once, bounded by ``concurrency``). ``warmup`` requests run first and are left
-    out. ``tokenizer``: a tokenizer object or a name for ``transformers.AutoTokenizer`` (default: the
-    server's model, when transformers is installed and has it locally); used only for text prompts.
+    out. ``rounds``: how many times the measured workload runs on the server (the figures are the rounds'
+    medians; ``result.rounds`` has each). ``slo``: per-request limits in ms (``ttft_ms``, ``tpot_ms``,
+    ``e2el_ms``) for ``goodput``. ``tokenizer``: a tokenizer object or a name for
+    ``transformers.AutoTokenizer`` (default: the server's model, when transformers is installed and has it
+    locally); used only for text prompts.
     Bad arguments raise BenchmarkError; failed requests raise BenchmarkFailedError with the result.
     """
     if api not in API_PATHS:
@@ -149,6 +180,9 @@ def run_bench(
         raise BenchmarkError("num_requests, input_len and output_len must be at least 1")
     if concurrency is not None and concurrency < 1:
         raise BenchmarkError(f"concurrency must be at least 1 (or None for no cap), got {concurrency}")
+    if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
+        raise BenchmarkError(f"rounds must be an integer of at least 1, got {rounds!r}")
+    slo_ms = check_slo(slo) if slo is not None else None
     handle: ServerLike = _Url(server.rstrip("/")) if isinstance(server, str) else server
     profile = profile if profile is not None else getattr(handle, "profile", None)
     client = Client(handle.base_url, api_key=handle.api_key, timeout=60, model=model or handle.model)
@@ -179,20 +213,29 @@ def run_bench(
             prompt_lens.append(len(p) if not isinstance(p, str) else input_len)
         started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
         rng = random.Random(seed + 1)
-        warm, measured = _run_coroutine(lambda: _drive(
+        warm, done = _run_coroutine(lambda: _drive(
             handle.base_url, handle.api_key, api, bodies[warmup:], concurrency=concurrency,
-            request_rate=request_rate, rng=rng, timeout=timeout, warmup_bodies=bodies[:warmup]))
-        result = compute_metrics(
-            [record_from_stream(s, n) for s, n in zip(measured, prompt_lens[warmup:], strict=True)],
-            api=api, num_requests=num_requests, max_concurrency=concurrency, request_rate=request_rate,
-            input_len=input_len, output_len=output_len, warmup=warmup, seed=seed, prompt_kind=prompt_kind,
-            profile=profile, started_at=started_at,
-        )
-        result.connection_errors += sum(1 for s in warm if s.connection_error)
+            request_rate=request_rate, rng=rng, timeout=timeout, warmup_bodies=bodies[:warmup], rounds=rounds,
+            seed=seed))
+        per_round = []
+        for measured, cpu, wall in done:
+            one = compute_metrics(
+                [record_from_stream(s, n) for s, n in zip(measured, prompt_lens[warmup:], strict=True)],
+                api=api, num_requests=num_requests, max_concurrency=concurrency, request_rate=request_rate,
+                input_len=input_len, output_len=output_len, warmup=warmup, seed=seed, prompt_kind=prompt_kind,
+                profile=profile, started_at=started_at, slo=dict(slo_ms) if slo_ms else None,
+            )
+            one.client_cpu_seconds = cpu
+            one.client_busy = cpu / wall if wall > 0 else 0.0
+            one.client_bound = one.client_busy >= CLIENT_BOUND_BUSY
+            per_round.append(one)
         if handle.kind != "vllm":
             server_accept = client.accept_length()
             if server_accept is not None:
-                result.accept_length = server_accept
+                for one in per_round:
+                    one.accept_length = server_accept
+        result = combine_rounds(per_round)
+        result.connection_errors += sum(1 for s in warm if s.connection_error)
         warm_failures = [s for s in warm if not s.ok]
         if warm_failures and not allow_failures:
             s = warm_failures[0]

@@ -25,6 +25,7 @@ class Knobs:
     ignore_sigterm: bool = False  # children setsid() and ignore SIGTERM: they escape on purpose
     accept_length: float = 3.2  # tokens per verify step, only under speculative decoding
     spec_speedup: float = 1.0  # per-request pace multiplier under speculative decoding
+    jitter: float = 0.0  # fraction: each benchmark round's pace (decode and TTFT) varies at random by up to this
 
     @property
     def fault_at(self) -> float:
@@ -74,6 +75,9 @@ def _validate(k: Knobs) -> None:
     num("ttft_ms", False)
     num("accept_length", True)
     num("spec_speedup", True)
+    num("jitter", False)
+    if k.jitter >= 1:
+        raise KnobError(f"{KNOB_ENV}: jitter must be a fraction below 1 (0.05: up to 5 %), got {k.jitter!r}")
     if isinstance(k.max_batch, bool) or not isinstance(k.max_batch, int) or k.max_batch < 1:
         raise KnobError(f"{KNOB_ENV}: max_batch must be an integer >= 1, got {k.max_batch!r}")
     if k.fault is not None and k.fault not in FAULTS:

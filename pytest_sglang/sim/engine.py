@@ -10,11 +10,19 @@ is decode_tok_s * spec_speedup (default speedup 1.0, so measured tok/s still equ
 tokens come in verify steps of about accept_length tokens: step k carries tokens
 [floor(k * A), floor((k + 1) * A)) and leaves when its first token is due. So the chunk count is about
 tokens / accept_length, and meta_info.spec_verify_ct is that chunk count.
+
+Jitter (the ``jitter`` knob, a fraction j): each busy period runs at its own pace, the decode pace times a
+factor drawn uniformly from [1 - j, 1 + j] and the TTFT divided by it. A busy period starts with a request
+that arrives after the engine has been idle (nothing running or queued) for at least ``JITTER_IDLE_S``; the
+benchmark runner pauses longer than that between rounds, so every round of ``sglang_bench(rounds=N)`` gets
+its own pace, while the requests of one round (even back to back at concurrency 1) share one.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import random
 import threading
 import time
 import zlib
@@ -28,6 +36,7 @@ WORDS = (
     "world people state between both since later each years known through part"
 ).split()
 TOKEN_ID_BASE = 100
+JITTER_IDLE_S = 0.05  # idle this long, and the next request starts a new busy period (a new paced round)
 
 
 def prompt_seed(prompt: object) -> int:
@@ -88,15 +97,34 @@ class Pacing:
 class Engine:
     """Batch slots (max_batch; the rest queue) and paced chunk delivery."""
 
-    def __init__(self, pacing: Pacing, max_batch: int) -> None:
+    def __init__(self, pacing: Pacing, max_batch: int, *, jitter: float = 0.0,
+                 rng: random.Random | None = None) -> None:
         self.pacing = pacing
         self.slots = threading.BoundedSemaphore(max_batch)
         self._lock = threading.Lock()
         self.running = 0
         self.queued = 0
+        self.jitter = jitter
+        self.rng = rng or random.Random()
+        self.pace_factor = 1.0  # this busy period's pace multiplier (1.0 without jitter)
+        self._idle_since: float | None = None  # None: never busy yet
+
+    def _paced(self) -> Pacing:
+        """The pacing of a request arriving now; draws a new factor at the start of a busy period."""
+        if not self.jitter:
+            return self.pacing
+        now = time.monotonic()
+        with self._lock:
+            idle = self.running == 0 and self.queued == 0
+            if idle and (self._idle_since is None or now - self._idle_since >= JITTER_IDLE_S):
+                self.pace_factor = self.rng.uniform(1.0 - self.jitter, 1.0 + self.jitter)
+            factor = self.pace_factor
+        return dataclasses.replace(self.pacing, decode_tok_s=self.pacing.decode_tok_s * factor,
+                                   ttft_s=self.pacing.ttft_s / factor)
 
     def stream(self, tokens: list[int]) -> Generator[tuple[list[int], bool], None, None]:
         """Yield (new token ids, is_last) on schedule; holds a batch slot while it runs."""
+        pacing = self._paced()
         with self._lock:
             self.queued += 1
         self.slots.acquire()
@@ -105,13 +133,15 @@ class Engine:
             self.running += 1
         try:
             start = time.monotonic()
-            plan = self.pacing.chunks(len(tokens))
+            plan = pacing.chunks(len(tokens))
             for i, (offset, lo, hi) in enumerate(plan):
                 sleep_until(start + offset)
                 yield tokens[lo:hi], i == len(plan) - 1
         finally:
             with self._lock:
                 self.running -= 1
+                if self.running == 0 and self.queued == 0:
+                    self._idle_since = time.monotonic()
             self.slots.release()
 
     def verify_steps(self, n: int) -> int:

@@ -73,7 +73,7 @@ class SimServer:
             accept_length=knobs.accept_length if args.speculative else None,
             spec_speedup=knobs.spec_speedup,
         )
-        self.engine = Engine(self.pacing, knobs.max_batch)
+        self.engine = Engine(self.pacing, knobs.max_batch, jitter=knobs.jitter)
         self.ready = threading.Event()
         self.http_up = False
         self.children: list[subprocess.Popen[bytes]] = []
