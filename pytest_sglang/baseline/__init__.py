@@ -3,12 +3,14 @@
 One module per job:
 
 * ``directions``: which way is better for each metric (``direction``), its unit and format, ``Tolerance``;
-* ``engine``: the one comparison engine (``judge``: a figure against a reference, with a tolerance or a
-  margin), used by the baseline checks and by profile comparisons (``compare_profiles``);
+* ``engine``: the one comparison engine (``judge``: a figure or the samples of rounds against a reference,
+  with a tolerance or a margin; significance before failure), used by the baseline checks and by profile
+  comparisons (``compare_profiles``);
+* ``stats``: the Mann-Whitney U test (exact for small samples) and the bootstrap interval, in pure Python;
 * ``machine``: the machine fingerprint that selects a baseline (``detect_machine``), ``git_commit``;
 * ``store``: the baseline file (``BaselineStore``, ``Entry``, ``validate``), locked and replaced atomically;
-* ``checks``: ``compare()`` of a result with its baseline (``Check``, ``Comparison``) and the session's
-  ``BaselineChecker``.
+* ``checks``: ``compare()`` of a result with its baseline (``Check``, ``Comparison``), ``gate_of`` (passed,
+  regressed, not-judged) and the session's ``BaselineChecker``.
 
 ``change_pct`` is the change of the figure itself, (current - baseline) / |baseline| * 100, everywhere; the
 status word (``regressed``, ``improved``) says whether it is worse or better.
@@ -16,21 +18,35 @@ status word (``regressed``, ``improved``) says whether it is worse or better.
 
 from __future__ import annotations
 
-from pytest_sglang.baseline.checks import BaselineChecker, Check, Comparison, compare, compare_one
+from pytest_sglang.baseline.checks import (
+    BaselineChecker,
+    Check,
+    Comparison,
+    NotJudgedWarning,
+    compare,
+    compare_one,
+    gate_of,
+    infrastructure_problem,
+)
 from pytest_sglang.baseline.directions import Direction, Tolerance, direction, fmt_value, unit
 from pytest_sglang.baseline.engine import (
+    DEFAULT_CONFIDENCE,
+    DEFAULT_MAX_CV_PCT,
     Judgement,
     ProfileComparison,
     change_pct,
     compare_profiles,
     judge,
+    metric_samples,
     metric_value,
 )
 from pytest_sglang.baseline.machine import MACHINE_ENV, Machine, detect_machine, git_commit
 from pytest_sglang.baseline.store import DEFAULT_FILENAME, FORMAT, VERSION, BaselineStore, Entry, validate
 
 __all__ = [
+    "DEFAULT_CONFIDENCE",
     "DEFAULT_FILENAME",
+    "DEFAULT_MAX_CV_PCT",
     "FORMAT",
     "MACHINE_ENV",
     "VERSION",
@@ -42,6 +58,7 @@ __all__ = [
     "Entry",
     "Judgement",
     "Machine",
+    "NotJudgedWarning",
     "ProfileComparison",
     "Tolerance",
     "change_pct",
@@ -51,8 +68,11 @@ __all__ = [
     "detect_machine",
     "direction",
     "fmt_value",
+    "gate_of",
     "git_commit",
+    "infrastructure_problem",
     "judge",
+    "metric_samples",
     "metric_value",
     "unit",
     "validate",

@@ -1,23 +1,46 @@
 """The baseline check: this run's figures against the stored baseline of its profile, test and machine.
 
 :func:`compare` judges each metric of a result with its tolerance through the one comparison engine
-(engine.py) and returns a :class:`Comparison` (one :class:`Check` per metric, notes, and whether the test
-fails), or records the figures instead under ``update``. :class:`BaselineChecker` is the session-level
-check the ``sglang_baseline`` fixture calls: one store, one mode, one machine per server version.
+(engine.py: rounds against the baseline's rounds, significance before failure) and returns a
+:class:`Comparison` (one :class:`Check` per metric, notes, and whether the test fails), or records the
+figures (every round's) instead under ``update``. :class:`BaselineChecker` is the session-level check the
+``sglang_baseline`` fixture calls: one store, one mode, one machine per server version.
+
+Infrastructure outcomes are not regressions: a run with failed requests or a client-bound run (the load
+generator was the bottleneck) is not judged, and neither is a comparison too noisy to judge (CV over the
+limit) or a ``3sigma`` tolerance without the baseline's spread. Such a check passes with a warning
+(:class:`NotJudgedWarning`) unless strict. :func:`gate_of` sums a benchmark's outcome up for CI:
+``passed``, ``regressed``, ``not-judged`` (with the reason), ``recorded``, or None when nothing was checked.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+import warnings
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from pytest_sglang.baseline.directions import Direction, Tolerance, direction, fmt_value
-from pytest_sglang.baseline.engine import judge, metric_value
+from pytest_sglang.baseline.engine import (
+    DEFAULT_CONFIDENCE,
+    DEFAULT_MAX_CV_PCT,
+    judge,
+    metric_samples,
+    metric_value,
+)
 from pytest_sglang.baseline.machine import Machine, detect_machine
 from pytest_sglang.baseline.store import BaselineStore, Entry
 from pytest_sglang.errors import BaselineError
+
+CheckStatus = Literal["ok", "regressed", "improved", "not-judged", "no-baseline", "missing"]
+Gate = Literal["passed", "regressed", "not-judged", "recorded"]
+# check() keywords that are settings of the gate, not metrics
+GATE_OPTIONS = ("max_cv", "confidence")
+
+
+class NotJudgedWarning(UserWarning):
+    """A baseline check that could not judge (too noisy, client-bound, failed requests): it passed, unjudged."""
 
 
 @dataclass
@@ -25,18 +48,29 @@ class Check:
     """One metric compared with its baseline."""
 
     metric: str
-    current: float | None
-    baseline: float | None
+    current: float | None  # the median of this run's rounds
+    baseline: float | None  # the median of the baseline's rounds
     tolerance: Tolerance
     direction: Direction
-    status: Literal["ok", "regressed", "improved", "no-baseline", "missing"]
+    status: CheckStatus
     change_pct: float | None = None  # the figure's own change vs the baseline in % (a slower startup: +)
     message: str = ""
+    rounds: int = 1  # this run's samples of the metric
+    baseline_rounds: int = 0  # the baseline's (0: none)
+    method: str | None = None  # "mann-whitney" (rounds on both sides) or "tolerance" (the tolerance alone)
+    p_value: float | None = None
+    ci_pct: tuple[float, float] | None = None
+    cv_pct: float | None = None
+    baseline_cv_pct: float | None = None
+    reason: str | None = None  # why it was not judged, or why the tolerance alone decided
 
     def to_dict(self) -> dict[str, Any]:
         return {"metric": self.metric, "current": self.current, "baseline": self.baseline,
                 "tolerance": str(self.tolerance), "direction": self.direction, "status": self.status,
-                "change_pct": self.change_pct, "message": self.message}
+                "change_pct": self.change_pct, "message": self.message, "rounds": self.rounds,
+                "baseline_rounds": self.baseline_rounds, "method": self.method, "p_value": self.p_value,
+                "ci_pct": list(self.ci_pct) if self.ci_pct else None, "cv_pct": self.cv_pct,
+                "baseline_cv_pct": self.baseline_cv_pct, "reason": self.reason}
 
 
 @dataclass
@@ -51,10 +85,15 @@ class Comparison:
     recorded: bool = False
     notes: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)  # failures other than regressions (strict, no baseline)
+    warnings: list[str] = field(default_factory=list)  # checks that could not be judged, and why
 
     @property
     def regressions(self) -> list[Check]:
         return [c for c in self.checks if c.status in ("regressed", "missing")]
+
+    @property
+    def not_judged(self) -> list[Check]:
+        return [c for c in self.checks if c.status in ("not-judged", "no-baseline")]
 
     @property
     def failed(self) -> bool:
@@ -63,13 +102,30 @@ class Comparison:
     def failure_message(self) -> str:
         return "\n".join([c.message for c in self.regressions] + self.errors)
 
+    @property
+    def gate(self) -> Gate:
+        if self.recorded:
+            return "recorded"
+        if self.regressions:
+            return "regressed"
+        return "not-judged" if self.not_judged or self.errors else "passed"
+
+    @property
+    def gate_reason(self) -> str | None:
+        if self.gate == "regressed":
+            return "; ".join(c.message for c in self.regressions)
+        if self.gate == "not-judged":
+            return "; ".join(f"{c.metric}: {c.reason or c.status}" for c in self.not_judged) or "; ".join(
+                self.errors)
+        return None
+
     def to_dict(self) -> dict[str, Any]:
         return {"profile": self.profile, "test_id": self.test_id, "machine": self.machine.key,
                 "recorded": self.recorded,
                 "baseline_recorded_at": self.entry.recorded_at if self.entry else None,
                 "baseline_commit": self.entry.commit if self.entry else None,
                 "checks": [c.to_dict() for c in self.checks], "notes": list(self.notes),
-                "errors": list(self.errors)}
+                "errors": list(self.errors), "gate": self.gate, "gate_reason": self.gate_reason}
 
 
 def _context(profile: str, entry: Entry) -> str:
@@ -78,21 +134,58 @@ def _context(profile: str, entry: Entry) -> str:
     return f"profile {profile}, {entry.machine}, recorded {when}{at}"
 
 
-def compare_one(metric: str, current: float | None, baseline: float | None, tolerance: Tolerance, *,
-                profile: str, entry: Entry | None) -> Check:
-    """One metric against its baseline: ``no-baseline`` and ``missing`` here, the rest by the engine."""
+def _as_list(value: float | Sequence[float] | None) -> list[float] | None:
+    if value is None:
+        return None
+    values = [float(value)] if isinstance(value, (int, float)) else [float(v) for v in value]
+    return [v for v in values if not math.isnan(v)] or None
+
+
+def compare_one(metric: str, current: float | Sequence[float] | None, baseline: float | Sequence[float] | None,
+                tolerance: Tolerance, *, profile: str, entry: Entry | None, confidence: float = DEFAULT_CONFIDENCE,
+                max_cv_pct: float | None = DEFAULT_MAX_CV_PCT, unjudged: str | None = None) -> Check:
+    """One metric (a figure or its rounds) against its baseline (likewise): ``no-baseline`` and ``missing``
+    here, ``not-judged`` for ``unjudged`` (an infrastructure reason), the rest by the engine."""
     d = direction(metric)
-    if baseline is None or entry is None:
-        measured = fmt_value(metric, current) if current is not None else "n/a"
-        return Check(metric, current, None, tolerance, d, "no-baseline",
-                     message=f"{metric}: no baseline yet ({measured} measured)")
-    if current is None or (isinstance(current, float) and math.isnan(current)):
-        return Check(metric, None, baseline, tolerance, d, "missing",
+    cur, base = _as_list(current), _as_list(baseline)
+    if base is None or entry is None:
+        measured = fmt_value(metric, metric_value({metric: cur}, metric) or 0.0) if cur else "n/a"
+        return Check(metric, metric_value({metric: cur}, metric) if cur else None, None, tolerance, d,
+                     "no-baseline", message=f"{metric}: no baseline yet ({measured} measured)",
+                     rounds=len(cur or []), reason="no baseline")
+    base_median = metric_value({metric: base}, metric)
+    if cur is None:
+        return Check(metric, None, base_median, tolerance, d, "missing",
                      message=f"{metric} regressed: this run has no value for it vs baseline "
-                             f"{fmt_value(metric, baseline)} ({_context(profile, entry)})")
-    j = judge(metric, current, baseline, tolerance, context=_context(profile, entry))
-    hint = "; record it with --sglang-update-baseline" if j.status == "improved" else ""
-    return Check(metric, current, baseline, tolerance, d, j.status, j.change_pct, j.message + hint)
+                             f"{fmt_value(metric, base_median or 0.0)} ({_context(profile, entry)})",
+                     rounds=0, baseline_rounds=len(base))
+    j = judge(metric, cur, base, tolerance, context=_context(profile, entry), confidence=confidence,
+              max_cv_pct=max_cv_pct)
+    status: CheckStatus = j.status
+    message, reason = j.message, j.reason
+    if unjudged and status != "not-judged":
+        status, reason = "not-judged", unjudged
+        message = f"{metric} not judged: {unjudged} ({j.message})"
+    hint = "; record it with --sglang-update-baseline" if status == "improved" else ""
+    return Check(metric, j.current, j.reference, tolerance, d, status, j.change_pct, message + hint,
+                 rounds=j.current_n, baseline_rounds=j.reference_n, method=j.method, p_value=j.p_value,
+                 ci_pct=j.ci_pct, cv_pct=j.current_cv_pct, baseline_cv_pct=j.reference_cv_pct, reason=reason)
+
+
+def infrastructure_problem(result: Any) -> str | None:
+    """Why ``result``'s figures say nothing about the server: failed requests, or a client-bound run."""
+    failed = getattr(result, "failed", 0) or 0
+    if isinstance(failed, (int, float)) and failed > 0:
+        attempted = getattr(result, "attempted", None)
+        if not isinstance(attempted, int):
+            attempted = int(failed + (getattr(result, "completed", 0) or 0))
+        return f"{int(failed)} of {attempted} requests failed"
+    if getattr(result, "client_bound", False):
+        busy = getattr(result, "client_busy", None)
+        share = f" {busy:.0%} of the time" if isinstance(busy, (int, float)) else ""
+        return (f"client-bound: the load generator's event loop was busy{share}, so the figures measure the "
+                "client, not the server")
+    return None
 
 
 def compare(
@@ -107,31 +200,43 @@ def compare(
     strict: bool = False,
     commit: str | None = None,
     also_record: Iterable[str] = (),
+    confidence: float = DEFAULT_CONFIDENCE,
+    max_cv_pct: float | None = DEFAULT_MAX_CV_PCT,
 ) -> Comparison:
-    """Compare ``result``'s figures with the stored baseline (or record them, with ``update``)."""
+    """Compare ``result``'s figures (its rounds, where it has several) with the stored baseline, or record
+    them, with ``update``."""
     parsed = {m: Tolerance.parse(m, t) for m, t in tolerances.items()}
     for metric in parsed:
         direction(metric)
-    values = {m: metric_value(result, m) for m in parsed}
+    samples = {m: metric_samples(result, m) for m in parsed}
+    problem = infrastructure_problem(result)
     if update:
-        to_record = dict(values)
+        to_record = dict(samples)
         for extra in also_record:
             if extra not in to_record:
-                to_record[extra] = metric_value(result, extra)
-        recorded = store.record(profile, test_id, machine,
-                                {k: v for k, v in to_record.items() if v is not None}, commit=commit)
+                to_record[extra] = metric_samples(result, extra)
+        recorded = store.record(profile, test_id, machine, {k: v for k, v in to_record.items() if v}, commit=commit)
         comp = Comparison(profile, test_id, machine, recorded, recorded=True)
-        shown = ", ".join(f"{k}={fmt_value(k, v)}" for k, v in to_record.items() if v is not None)
+        shown = ", ".join(f"{k}={fmt_value(k, recorded.metrics[k])}" + (f" ({len(v)} rounds)" if len(v) > 1 else "")
+                          for k, v in to_record.items() if v)
         comp.notes.append(f"recorded baseline for {profile} / {test_id} on {machine.key}: {shown}")
+        if problem:
+            comp.warnings.append(f"recorded although {problem}: re-record this baseline on a healthy run")
         return comp
     entry = store.lookup(profile, test_id, machine)
     comp = Comparison(profile, test_id, machine, entry)
     for metric, tol in parsed.items():
-        baseline = entry.metrics.get(metric) if entry else None
-        check = compare_one(metric, values[metric], baseline, tol, profile=profile, entry=entry)
+        baseline = entry.samples_of(metric) if entry else None
+        check = compare_one(metric, samples[metric], baseline, tol, profile=profile, entry=entry,
+                            confidence=confidence, max_cv_pct=max_cv_pct, unjudged=problem)
         comp.checks.append(check)
-        if check.status == "improved":
+        if check.status == "improved" or (check.status == "ok" and "not significant" in check.message):
             comp.notes.append(check.message)
+        if check.status == "not-judged":
+            if strict:
+                comp.errors.append(f"{check.message} (--sglang-baseline-strict makes this a failure)")
+            else:
+                comp.warnings.append(check.message)
     missing = [c for c in comp.checks if c.status == "no-baseline"]
     if missing:
         where = f"{profile} / {test_id} on {machine.key}"
@@ -147,8 +252,62 @@ def compare(
     return comp
 
 
+def gate_of(result: Any, comparisons: Sequence[Comparison]) -> tuple[Gate | None, str | None]:
+    """What one benchmark means for a CI gate, and why: failed requests are ``not-judged`` whatever was
+    checked; otherwise a regression in any comparison is ``regressed``, a check that could not judge (or had
+    no baseline) ``not-judged``, a recording ``recorded``, all judged ``passed``; None: nothing was checked."""
+    failed = getattr(result, "failed", 0) or 0
+    if failed:
+        return "not-judged", infrastructure_problem(result)
+    if not comparisons:
+        return None, None
+    gates = [c.gate for c in comparisons]
+    for gate in ("regressed", "not-judged", "recorded"):
+        if gate in gates:
+            reasons = [r for c in comparisons if c.gate == gate and (r := c.gate_reason)]
+            return gate, "; ".join(reasons) or None  # type: ignore[return-value]
+    return "passed", None
+
+
 # --------------------------------------------------------------------------------------------------------
 # Session-level checker (what the sglang_baseline fixture calls)
+
+
+def _percent(name: str, raw: Any) -> float:
+    if isinstance(raw, bool):
+        raise BaselineError(f"{name} must be a percentage like '10%' or 10, got {raw!r}")
+    text = str(raw).strip().rstrip("%").strip()
+    try:
+        value = float(text)
+    except ValueError:
+        raise BaselineError(f"{name} must be a percentage like '10%' or 10, got {raw!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise BaselineError(f"{name} must be a positive percentage, got {raw!r}")
+    return value
+
+
+def gate_options(options: Mapping[str, Any]) -> tuple[float, float | None]:
+    """``confidence`` (0.95, "95%") and ``max_cv`` ("10%", 10; None or "off": no limit) of a check() call."""
+    confidence = DEFAULT_CONFIDENCE
+    if "confidence" in options:
+        raw = options["confidence"]
+        value = _percent("confidence", raw)
+        confidence = value / 100.0 if value > 1 or str(raw).strip().endswith("%") else value
+        if not 0.5 <= confidence < 1:
+            raise BaselineError(f"confidence must be between 50% and 100%, got {raw!r}")
+    max_cv: float | None = DEFAULT_MAX_CV_PCT
+    if "max_cv" in options:
+        raw = options["max_cv"]
+        max_cv = None if raw is None or str(raw).strip().lower() == "off" else _percent("max_cv", raw)
+    return confidence, max_cv
+
+
+def _point_key(test_id: str, result: Any) -> str:
+    """A sweep point's own baseline key: ``test_id@concurrency=4``."""
+    point = getattr(result, "sweep", None)
+    if isinstance(point, Mapping) and point.get("param") is not None:
+        return f"{test_id}@{point['param']}={point['value']:g}"
+    return test_id
 
 
 class BaselineChecker:
@@ -168,9 +327,14 @@ class BaselineChecker:
         return self._machines[server]
 
     def check(self, result: Any, tolerances: Mapping[str, str | float | int], *, profile: str, test_id: str,
-              server: str | None) -> Comparison:
+              server: str | None, machine: Machine | None = None) -> Comparison:
         """Compare (or record) ``result``. With no tolerances: ``output_throughput="5%"`` for a benchmark
-        result, ``startup_seconds="20%"`` for a server handle."""
+        result, ``startup_seconds="20%"`` for a server handle. ``machine``: where the server ran when that is
+        not this machine (an ssh host; the handle's ``machine()``). ``max_cv`` and ``confidence`` among the
+        tolerances set the gate (default: 10 % and 95 %). A check that could not judge warns
+        (NotJudgedWarning) and passes, unless strict."""
+        confidence, max_cv = gate_options({k: v for k, v in tolerances.items() if k in GATE_OPTIONS})
+        tolerances = {k: v for k, v in tolerances.items() if k not in GATE_OPTIONS}
         if not tolerances:
             if metric_value(result, "output_throughput") is not None:
                 tolerances = {"output_throughput": "5%"}
@@ -179,6 +343,9 @@ class BaselineChecker:
             else:
                 raise BaselineError("check() needs tolerances, e.g. check(r, output_throughput='5%')")
         also = ["output_throughput"] if metric_value(result, "output_throughput") is not None else []
-        return compare(result, tolerances, store=self.store, profile=profile, test_id=test_id,
-                       machine=self.machine(server), update=self.update, strict=self.strict,
-                       commit=self.commit, also_record=also)
+        comp = compare(result, tolerances, store=self.store, profile=profile, test_id=_point_key(test_id, result),
+                       machine=machine or self.machine(server), update=self.update, strict=self.strict,
+                       commit=self.commit, also_record=also, confidence=confidence, max_cv_pct=max_cv)
+        for text in comp.warnings:
+            warnings.warn(NotJudgedWarning(text), stacklevel=2)
+        return comp

@@ -2,8 +2,8 @@
 
 :func:`direction` knows which way is worse: higher is better for throughputs and the accept length, lower for
 latencies (``*_ms``), ``duration``, ``failed`` and ``startup_seconds``; a name it does not know raises
-BaselineError. :class:`Tolerance` is ``"5%"`` (relative to the reference figure) or an absolute amount in the
-metric's unit.
+BaselineError. :class:`Tolerance` is ``"5%"`` (relative to the reference figure), an absolute amount in the
+metric's unit, or ``"3sigma"``: that many standard deviations of the baseline's rounds.
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ from pytest_sglang.errors import BaselineError
 
 Direction = Literal["higher", "lower"]
 
-_HIGHER = re.compile(r"(^|_)throughput$|^accept_length$|^completed$|^concurrency$|^max_output_tokens_per_s$")
+_HIGHER = re.compile(r"(^|_)throughput$|^accept_length$|^completed$|^concurrency$|^max_output_tokens_per_s$"
+                     r"|^goodput$|^slo_attainment$")
 _LOWER = re.compile(r"_ms$|^duration$|^failed$|^startup_seconds$|_seconds$|^chunk_count_mismatches$")
 
 
@@ -29,13 +30,13 @@ def direction(metric: str) -> Direction:
         return "lower"
     raise BaselineError(
         f"no direction known for metric {metric!r}: baselines compare throughputs (*_throughput, higher is "
-        "better), accept_length (higher), latencies (*_ms, lower), duration, failed and startup_seconds "
-        "(lower)"
+        "better), goodput, slo_attainment and accept_length (higher), latencies (*_ms, lower), duration, failed "
+        "and startup_seconds (lower)"
     )
 
 
 def unit(metric: str) -> str:
-    if metric == "request_throughput":
+    if metric in ("request_throughput", "goodput"):
         return "req/s"
     if metric.endswith("_throughput") or metric == "max_output_tokens_per_s":
         return "tok/s"
@@ -53,38 +54,54 @@ def fmt_value(metric: str, value: float) -> str:
     return f"{text} {u}" if u else text
 
 
+_SIGMA = re.compile(r"^(.*?)\s*(sigma|σ)$", re.IGNORECASE)
+
+
 @dataclass(frozen=True)
 class Tolerance:
-    """``5%`` (relative to the reference figure) or an absolute amount in the metric's unit."""
+    """``5%`` (relative to the reference figure), an absolute amount in the metric's unit, or ``3sigma``
+    (``sigma``: that many sample standard deviations of the baseline's rounds)."""
 
     amount: float
     relative: bool
+    sigma: bool = False
 
     @classmethod
     def parse(cls, metric: str, raw: str | float | int) -> Tolerance:
         if isinstance(raw, bool):
-            raise BaselineError(f"tolerance for {metric} must be like '5%' or a number, got {raw!r}")
+            raise BaselineError(f"tolerance for {metric} must be like '5%', '3sigma' or a number, got {raw!r}")
+        sigma = False
         if isinstance(raw, (int, float)):
             value, relative = float(raw), False
         elif isinstance(raw, str):
             text = raw.strip()
             relative = text.endswith("%")
+            found = _SIGMA.match(text)
+            sigma = found is not None
+            number = found.group(1) if found else text[:-1] if relative else text
             try:
-                value = float(text[:-1] if relative else text)
+                value = float(number)
             except ValueError:
                 raise BaselineError(
-                    f"tolerance for {metric} must be like '5%' (relative) or '3' (absolute, in "
-                    f"{unit(metric) or 'its unit'}), got {raw!r}") from None
+                    f"tolerance for {metric} must be like '5%' (relative), '3sigma' (of the baseline's rounds) or "
+                    f"'3' (absolute, in {unit(metric) or 'its unit'}), got {raw!r}") from None
         else:
-            raise BaselineError(f"tolerance for {metric} must be like '5%' or a number, got {raw!r}")
+            raise BaselineError(f"tolerance for {metric} must be like '5%', '3sigma' or a number, got {raw!r}")
         if not math.isfinite(value) or value < 0:
             raise BaselineError(f"tolerance for {metric} must be a finite amount >= 0, got {raw!r}")
-        return cls(value, relative)
+        return cls(value, relative, sigma)
 
-    def allowed(self, reference: float) -> float:
-        """The amount in the metric's unit: a relative tolerance scales with the reference figure."""
+    def allowed(self, reference: float, sigma: float | None = None) -> float:
+        """The amount in the metric's unit: a relative tolerance scales with the reference figure, a sigma
+        tolerance with the baseline's standard deviation ``sigma`` (BaselineError without one)."""
+        if self.sigma:
+            if sigma is None:
+                raise BaselineError(f"tolerance {self} needs the baseline's standard deviation")
+            return self.amount * sigma
         return abs(reference) * self.amount / 100.0 if self.relative else self.amount
 
     def __str__(self) -> str:
+        if self.sigma:
+            return f"{self.amount:g}sigma"
         return f"{self.amount:g}%" if self.relative else f"{self.amount:g}"
 

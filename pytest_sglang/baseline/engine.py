@@ -1,11 +1,22 @@
-"""The one comparison engine: a candidate figure judged against a reference figure, direction-aware.
+"""The one comparison engine: a candidate judged against a reference, direction-aware; the only place that
+decides "regressed".
 
 :func:`judge` serves both kinds of comparison. A baseline check (checks.py) judges this run's figure
 against its stored baseline with a *tolerance*: how much worse it may be. A profile comparison
 (:func:`compare_profiles`, behind ``sglang_results.compare``) judges one profile's figure against another's
 with a *margin*: how much better it must be.
 
-One sign convention everywhere: ``change_pct`` is the change of the figure itself,
+Either side is one figure or the samples of several rounds (``sglang_bench(rounds=N)``, a baseline recorded
+from them). With at least two samples a side, a baseline check fails only when the change of the medians is
+beyond the tolerance AND significant in the metric's bad direction: the one-sided Mann-Whitney U test at
+``1 - confidence`` (exact for small samples, stats.py), with the bootstrap interval of the change in the
+message. With one sample on either side, or too few rounds for the test to reach significance (2 vs 2), the
+tolerance alone decides, and the message says so. A side whose rounds spread more than ``max_cv_pct`` (CV, in
+percent) is ``not-judged``: "too noisy to judge". A ``3sigma`` tolerance is three standard deviations of the
+reference's samples; with one reference sample it cannot be judged either. Profile comparisons (margins)
+compare the medians.
+
+One sign convention everywhere: ``change_pct`` is the change of the figure itself (of the medians),
 ``(current - reference) / |reference| * 100``: a startup 47 % slower is +47.4, a throughput 6 % lower is
 -6.0. The status word says whether that is better or worse (``regressed``, ``improved``).
 """
@@ -13,17 +24,23 @@ One sign convention everywhere: ``change_pct`` is the change of the figure itsel
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+import statistics
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from pytest_sglang.baseline.directions import Direction, Tolerance, direction, fmt_value
+from pytest_sglang.baseline.stats import Alternative, bootstrap_change_ci, min_p, rank_sum_p
 from pytest_sglang.errors import BaselineError
 
 if TYPE_CHECKING:
     from pytest_sglang.bench.metrics import BenchResult
 
-Status = Literal["ok", "regressed", "improved"]
+Status = Literal["ok", "regressed", "improved", "not-judged"]
+Method = Literal["tolerance", "mann-whitney"]
+
+DEFAULT_CONFIDENCE = 0.95
+DEFAULT_MAX_CV_PCT = 10.0  # rounds spread more than this (CV): too noisy to judge
 
 
 def change_pct(current: float, reference: float) -> float:
@@ -36,16 +53,26 @@ def change_pct(current: float, reference: float) -> float:
 
 @dataclass(frozen=True)
 class Judgement:
-    """One figure judged against a reference figure."""
+    """One candidate judged against a reference (each one figure or the samples of rounds)."""
 
     metric: str
-    current: float
-    reference: float
+    current: float  # the median of the candidate's samples
+    reference: float  # the median of the reference's samples
     tolerance: Tolerance
     direction: Direction
-    status: Status  # regressed: worse than allowed (or short of the margin); improved: better than the tolerance
+    status: Status  # regressed: worse than allowed (and significant, with rounds); not-judged: too noisy
     change_pct: float  # the figure's own change: (current - reference) / |reference| * 100
     message: str
+    current_n: int = 1
+    reference_n: int = 1
+    method: Method = "tolerance"  # mann-whitney: rounds on both sides, significance tested
+    p_value: float | None = None  # one-sided, in the direction of the observed change
+    ci_pct: tuple[float, float] | None = None  # bootstrap interval of change_pct, at ``confidence``
+    confidence: float = DEFAULT_CONFIDENCE
+    current_cv_pct: float | None = None
+    reference_cv_pct: float | None = None
+    allowed: float | None = None  # the tolerance in the metric's unit (None: could not be computed)
+    reason: str | None = None  # why not judged, or why the tolerance alone decided
 
     @property
     def failed(self) -> bool:
@@ -57,60 +84,147 @@ class Judgement:
         return self.change_pct if self.direction == "higher" else -self.change_pct
 
 
+def _samples(value: float | Sequence[float]) -> list[float]:
+    values = [float(value)] if isinstance(value, (int, float)) else [float(v) for v in value]
+    if not values:
+        raise BaselineError("a comparison needs at least one value on each side")
+    return values
+
+
+def _cv_pct(values: Sequence[float]) -> float | None:
+    if len(values) < 2:
+        return None
+    mean = statistics.fmean(values)
+    return statistics.stdev(values) / abs(mean) * 100.0 if mean else None
+
+
+def _rounds(n: int) -> str:
+    return f"{n} round{'s' if n != 1 else ''}"
+
+
+def _p(p: float) -> str:
+    return "p<0.001" if p < 0.001 else f"p={p:.3f}"
+
+
 def judge(
     metric: str,
-    current: float,
-    reference: float,
+    current: float | Sequence[float],
+    reference: float | Sequence[float],
     tolerance: Tolerance,
     *,
     margin: bool = False,
     current_label: str = "",
     reference_label: str = "baseline",
     context: str = "",
+    confidence: float = DEFAULT_CONFIDENCE,
+    max_cv_pct: float | None = None,
 ) -> Judgement:
     """Judge ``current`` against ``reference`` for ``metric`` (BaselineError if its direction is unknown).
 
-    ``margin=False``: ``tolerance`` is how much worse than the reference the figure may be; past it the status
-    is ``regressed``, better by more than it ``improved``, else ``ok``. ``margin=True``: ``tolerance`` is how
-    much better it must be ("0%": at least as good); short of that it is ``regressed``, else ``ok``.
-    ``current_label`` and ``reference_label`` name the two figures in the message (``eagle3`` vs ``base``, or
-    the figure vs ``baseline``); ``context`` says where the reference comes from.
+    Each side is a figure or the samples of rounds. ``margin=False``: ``tolerance`` is how much worse than the
+    reference the candidate may be; past it (and, with rounds on both sides, significantly worse at
+    ``confidence``) the status is ``regressed``, better by more than it (and significantly) ``improved``,
+    else ``ok``; ``not-judged`` when a side's CV exceeds ``max_cv_pct`` or a ``sigma`` tolerance has no
+    reference spread. ``margin=True``: ``tolerance`` is how much better the median must be ("0%": at least as
+    good); short of that it is ``regressed``, else ``ok``. ``current_label`` and ``reference_label`` name the
+    two figures in the message (``eagle3`` vs ``base``, or the figure vs ``baseline``); ``context`` says where
+    the reference comes from.
     """
     d = direction(metric)
-    gain = (current - reference) if d == "higher" else (reference - current)  # positive: current is better
-    bound = tolerance.allowed(reference)
-    status: Status
+    cur, ref = _samples(current), _samples(reference)
+    cur_med, ref_med = statistics.median(cur), statistics.median(ref)
+    n, m = len(cur), len(ref)
+    cur_cv, ref_cv = _cv_pct(cur), _cv_pct(ref)
+    pct = change_pct(cur_med, ref_med)
+
+    def made(status: Status, message: str, *, method: Method = "tolerance", p_value: float | None = None,
+             ci_pct: tuple[float, float] | None = None, allowed: float | None = None,
+             reason: str | None = None) -> Judgement:
+        return Judgement(metric, cur_med, ref_med, tolerance, d, status, pct, message, n, m, method, p_value,
+                         ci_pct, confidence, cur_cv, ref_cv, allowed, reason)
+
+    shown = f"{pct:+.1f}%"
+    size = f"{abs(pct):.1f}%" if math.isfinite(pct) else "from 0"
+    versus = (f"{current_label + ' ' if current_label else ''}{fmt_value(metric, cur_med)} vs {reference_label} "
+              f"{fmt_value(metric, ref_med)}")
+    where = f" (tolerance {tolerance}{'; ' + context if context else ''})"
+    gain = (cur_med - ref_med) if d == "higher" else (ref_med - cur_med)  # positive: current is better
+
+    if tolerance.sigma and m < 2:
+        reason = (f"not judged: a {tolerance} tolerance needs the baseline's spread, and it has {_rounds(m)}; "
+                  "record it with sglang_bench(rounds=N), N >= 2")
+        return made("not-judged", f"{metric} {reason}: {versus}, {shown}{where}", reason=reason)
+    bound = tolerance.allowed(ref_med, statistics.stdev(ref) if m > 1 else None)
+
     if margin:
-        status = "regressed" if gain < bound else "ok"
-    elif gain < -bound:
+        status: Status = "regressed" if gain < bound else "ok"
+        message = f"{metric}: {versus} ({shown}, {d} is better)"
+        if status == "regressed":
+            message += f"; needed a margin of {tolerance}"
+        return made(status, message, allowed=bound)
+
+    noisy = [(cv, side, k) for cv, side, k in ((cur_cv, "this run", n), (ref_cv, "the baseline", m))
+             if cv is not None and max_cv_pct is not None and cv > max_cv_pct]
+    if noisy:
+        cv, side, k = max(noisy)
+        reason = f"too noisy to judge: CV {cv:.0f}% over {side}'s {_rounds(k)} (limit {max_cv_pct:g}%)"
+        return made("not-judged", f"{metric} {reason}: {versus}, {shown}{where}", allowed=bound, reason=reason)
+
+    alpha = 1.0 - confidence
+    if n >= 2 and m >= 2 and min_p(n, m) <= alpha:
+        worse: Alternative = "less" if d == "higher" else "greater"
+        better: Alternative = "greater" if d == "higher" else "less"
+        p_worse, p_better = rank_sum_p(cur, ref, worse), rank_sum_p(cur, ref, better)
+        ci = bootstrap_change_ci(cur, ref, confidence)
+        if gain < -bound and p_worse <= alpha:
+            status = "regressed"
+        elif gain > bound and p_better <= alpha:
+            status = "improved"
+        else:
+            status = "ok"
+        p = p_worse if gain < 0 else p_better
+        if ci is None:
+            interval = ""
+        elif status == "ok":
+            interval = f"{confidence:.0%} CI {ci[0]:+.1f} to {ci[1]:+.1f}%; "
+        else:  # the interval of the size, in the word's direction
+            lo, hi = sorted(abs(v) if (v < 0) == (pct < 0) else -abs(v) for v in ci)
+            interval = f"{confidence:.0%} CI {lo:.1f} to {hi:.1f}%; "
+        stats = f"({interval}{_rounds(n)} vs {m}; {_p(p)})"
+        if status != "ok":
+            message = f"{metric} {status} {size} {stats}: {versus}{where}"
+        elif abs(gain) > bound:
+            message = f"{metric} {shown} is past the tolerance but not significant {stats}: {versus}{where}"
+        else:
+            message = f"{metric} {shown} within tolerance {stats}: {versus}{where}"
+        return made(status, message, method="mann-whitney", p_value=p, ci_pct=ci, allowed=bound)
+
+    if n == m == 1:
+        reason = "one sample a side: judged by the tolerance alone"
+    elif n < 2 or m < 2:
+        reason = f"{_rounds(n)} vs {m}: judged by the tolerance alone"
+    else:
+        reason = (f"{_rounds(n)} vs {m} cannot reach p<={alpha:g}: judged by the tolerance alone "
+                  "(3 rounds a side can)")
+    if gain < -bound:
         status = "regressed"
     elif gain > bound:
         status = "improved"
     else:
         status = "ok"
-    pct = change_pct(current, reference)
-    shown = f"{pct:+.1f}%"
-    versus = (f"{current_label + ' ' if current_label else ''}{fmt_value(metric, current)} vs {reference_label} "
-              f"{fmt_value(metric, reference)}")
-    if margin:
-        message = f"{metric}: {versus} ({shown}, {d} is better)"
-        if status == "regressed":
-            message += f"; needed a margin of {tolerance}"
-    else:
-        versus += f" (tolerance {tolerance}{'; ' + context if context else ''})"
-        size = f"{abs(pct):.1f}%" if math.isfinite(pct) else "from 0"
-        if status == "ok":
-            message = f"{metric} {shown if math.isfinite(pct) else size} within tolerance: {versus}"
-        else:
-            message = f"{metric} {status} {size}: {versus}"
-    return Judgement(metric, current, reference, tolerance, d, status, pct, message)
+    head = f"{metric} {shown if math.isfinite(pct) else size} within tolerance" if status == "ok" else \
+        f"{metric} {status} {size}"
+    message = f"{head} ({reason}): {versus}{where}"
+    return made(status, message, allowed=bound, reason=reason)
 
 
 def metric_value(result: Any, metric: str) -> float | None:
-    """``result.metric`` or ``result[metric]``: a BenchResult, a server handle, or a mapping (None if absent);
-    BaselineError if it is not a number."""
+    """``result.metric`` or ``result[metric]``: a BenchResult, a server handle, or a mapping (None if absent;
+    a mapping's list of samples gives their median); BaselineError if it is not a number."""
     if isinstance(result, Mapping):
         value = result.get(metric)
+        if isinstance(value, (list, tuple)):
+            value = statistics.median(value) if value else None
     else:
         value = getattr(result, metric, None)
     if value is None:
@@ -119,6 +233,20 @@ def metric_value(result: Any, metric: str) -> float | None:
         return float(value)
     except (TypeError, ValueError):
         raise BaselineError(f"{metric} of {type(result).__name__} is {value!r}, not a number") from None
+
+
+def metric_samples(result: Any, metric: str) -> list[float] | None:
+    """The per-round values of ``metric``: a BenchResult's rounds (``result.samples``), a mapping's list, or
+    the one figure; None if absent."""
+    if isinstance(result, Mapping) and isinstance(result.get(metric), (list, tuple)):
+        return [float(v) for v in result[metric]] or None
+    rounds = getattr(result, "rounds", None)
+    sampler = getattr(result, "samples", None)
+    if isinstance(rounds, list) and len(rounds) > 1 and callable(sampler):
+        values = sampler(metric)
+        return [float(v) for v in values] or None
+    value = metric_value(result, metric)
+    return None if value is None else [value]
 
 
 # --------------------------------------------------------------------------------------------------------

@@ -4,20 +4,29 @@ The file (default ``.sglang-baselines.json`` in the rootdir, meant to be committ
 
     {
       "format": "pytest-sglang-baselines",
-      "version": 1,
+      "version": 2,
       "baselines": {
         "eagle3": {
           "tests/test_perf.py::test_throughput": {
             "8x NVIDIA RTX PRO 6000 | driver 580.82.07 | sglang 0.5.2": {
               "machine": "8x NVIDIA RTX PRO 6000",
+              "driver": "580.82.07",
+              "server": "sglang 0.5.2",
               "recorded_at": "2026-11-30T10:02:11+00:00",
               "commit": "abc1234",
-              "metrics": {"output_throughput": 89.5, "median_ttft_ms": 41.2}
+              "metrics": {"output_throughput": 89.5, "median_ttft_ms": 41.2},
+              "samples": {"output_throughput": [88.1, 89.5, 90.2], "median_ttft_ms": [40.9, 41.2, 41.9]},
+              "spread": {"output_throughput": {"n": 3, "median": 89.5, "cv_pct": 1.2, "min": 88.1, ...}}
             }
           }
         }
       }
     }
+
+``metrics`` holds each figure's median (what older readers compare), ``samples`` the per-round values it
+is the median of (``sglang_bench(rounds=N)``), ``spread`` their n, median, mean, stdev, CV and range, for
+people reading the file. Version 1 files (and entries without ``samples``) still load: each figure is then
+one sample. Recording into a version 1 file rewrites it as version 2.
 
 Writes go through a file lock and an atomic rename, so pytest-xdist workers can record at once; a file that
 cannot be parsed is reported with its line and column (:func:`validate` names the first bad key path) and is
@@ -30,10 +39,11 @@ import hashlib
 import json
 import math
 import os
+import statistics
 import tempfile
 import uuid
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -42,10 +52,11 @@ from filelock import FileLock, Timeout
 
 from pytest_sglang.baseline.directions import direction
 from pytest_sglang.baseline.machine import Machine
+from pytest_sglang.bench.metrics import Spread
 from pytest_sglang.errors import BaselineError
 
 FORMAT = "pytest-sglang-baselines"
-VERSION = 1
+VERSION = 2
 DEFAULT_FILENAME = ".sglang-baselines.json"
 
 
@@ -54,11 +65,30 @@ class Entry:
     machine: str
     recorded_at: str
     commit: str | None
-    metrics: dict[str, float]
+    metrics: dict[str, float]  # metric -> the median of its samples
+    samples: dict[str, list[float]] = field(default_factory=dict)  # metric -> per-round values (may be absent)
+    server: str | None = None
+    driver: str | None = None
+
+    def samples_of(self, metric: str) -> list[float] | None:
+        """The recorded rounds of ``metric``: its samples, or its one figure (a version 1 entry); None if absent."""
+        if metric in self.samples:
+            return list(self.samples[metric])
+        if metric in self.metrics:
+            return [self.metrics[metric]]
+        return None
 
     def to_json(self) -> dict[str, Any]:
-        return {"machine": self.machine, "recorded_at": self.recorded_at, "commit": self.commit,
-                "metrics": dict(sorted(self.metrics.items()))}
+        samples = {k: v for k, v in sorted(self.samples.items()) if k in self.metrics}
+        return {"machine": self.machine, "driver": self.driver, "server": self.server,
+                "recorded_at": self.recorded_at, "commit": self.commit,
+                "metrics": dict(sorted(self.metrics.items())), "samples": samples,
+                "spread": {k: Spread.of(v).to_dict() for k, v in samples.items()}}
+
+
+def _values(raw: float | Sequence[float]) -> list[float]:
+    values = [float(raw)] if isinstance(raw, (int, float)) else [float(v) for v in raw]
+    return [v for v in values if math.isfinite(v)]
 
 
 def _empty() -> dict[str, Any]:
@@ -117,28 +147,37 @@ class BaselineStore:
         if raw is None:
             return None
         return Entry(machine=raw.get("machine", machine.name), recorded_at=raw.get("recorded_at", ""),
-                     commit=raw.get("commit"), metrics={k: float(v) for k, v in raw["metrics"].items()})
+                     commit=raw.get("commit"), metrics={k: float(v) for k, v in raw["metrics"].items()},
+                     samples={k: [float(x) for x in v] for k, v in (raw.get("samples") or {}).items()},
+                     server=raw.get("server", machine.server), driver=raw.get("driver", machine.driver))
 
     def other_keys(self, profile: str, test_id: str) -> list[str]:
         """Machine keys recorded for this profile and test (to explain a miss)."""
         return sorted(self.load()["baselines"].get(profile, {}).get(test_id, {}))
 
-    def record(self, profile: str, test_id: str, machine: Machine, metrics: Mapping[str, float], *,
-               commit: str | None = None, when: datetime | None = None) -> Entry:
-        """Merge ``metrics`` into the entry (other metrics of the entry are kept), under the lock."""
-        clean = {k: float(v) for k, v in metrics.items() if v is not None and math.isfinite(float(v))}
+    def record(self, profile: str, test_id: str, machine: Machine,
+               metrics: Mapping[str, float | Sequence[float] | None], *, commit: str | None = None,
+               when: datetime | None = None) -> Entry:
+        """Merge ``metrics`` (a figure, or the samples of its rounds) into the entry, under the lock: each
+        recorded metric's samples replace its old ones, other metrics of the entry are kept."""
+        clean = {k: vals for k, v in metrics.items() if v is not None and (vals := _values(v))}
         for name in clean:
             direction(name)
         try:
             with self._lock():
                 data = self._read()
+                data["version"] = VERSION
                 node = data["baselines"].setdefault(profile, {}).setdefault(test_id, {})
                 old = node.get(machine.key, {})
+                old_samples = {k: v for k, v in (old.get("samples") or {}).items() if k not in clean}
                 entry = Entry(
                     machine=machine.name,
                     recorded_at=(when or datetime.now(timezone.utc)).isoformat(timespec="seconds"),
                     commit=commit,
-                    metrics={**old.get("metrics", {}), **clean},
+                    metrics={**old.get("metrics", {}), **{k: statistics.median(v) for k, v in clean.items()}},
+                    samples={**old_samples, **clean},
+                    server=machine.server,
+                    driver=machine.driver,
                 )
                 node[machine.key] = entry.to_json()
                 self._write(data)
@@ -189,4 +228,12 @@ def validate(data: Any, broken: Any = lambda what: what) -> None:
                 for metric, value in entry["metrics"].items():
                     if isinstance(value, bool) or not isinstance(value, (int, float)):
                         raise BaselineError(broken(f"{where}.metrics.{metric} is {value!r}, not a number"))
+                samples = entry.get("samples", {})
+                if not isinstance(samples, dict):
+                    raise BaselineError(broken(f'{where}.samples must be an object of lists of numbers'))
+                for metric, values in samples.items():
+                    if (not isinstance(values, list) or not values
+                            or any(isinstance(v, bool) or not isinstance(v, (int, float)) for v in values)):
+                        raise BaselineError(broken(f"{where}.samples.{metric} is {values!r}, not a non-empty "
+                                                   "list of numbers"))
 

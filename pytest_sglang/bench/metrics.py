@@ -210,6 +210,11 @@ class BenchResult:
     def ok(self) -> bool:
         return self.failed == 0 and self.completed > 0
 
+    @property
+    def attempted(self) -> int:
+        """Measured requests sent, over every round (``completed`` is the median round's count)."""
+        return sum(r.completed + r.failed for r in self.rounds) if self.rounds else self.completed + self.failed
+
     def summary(self) -> str:
         """The figures as ``python -m sglang.bench_serving`` prints them."""
 
@@ -260,8 +265,9 @@ class BenchResult:
 def failure_text(result: BenchResult) -> str:
     ff = result.first_failure or {}
     status = f"HTTP {ff['status']}" if ff.get("status") else "no HTTP status"
-    return (f"{result.failed} of {result.failed + result.completed} requests failed; the first "
-            f"(request {ff.get('index')}, {status}): {ff.get('error')}")
+    where = f"round {ff['round']}, " if "round" in ff else ""
+    return (f"{result.failed} of {result.attempted} requests failed; the first "
+            f"({where}request {ff.get('index')}, {status}): {ff.get('error')}")
 
 
 def percentile(values: Sequence[float], q: float) -> float:

@@ -62,8 +62,9 @@ def test_throughput_regression_message(tmp_path: Path) -> None:
                    test_id=T, machine=M)
     assert comp.failed
     assert comp.failure_message() == (
-        "output_throughput regressed 6.3%: 83.9 tok/s vs baseline 89.5 tok/s (tolerance 5%; profile eagle3, "
-        "8x NVIDIA RTX PRO 6000, recorded 2026-11-30 at abc1234)")
+        "output_throughput regressed 6.3% (one sample a side: judged by the tolerance alone): 83.9 tok/s vs "
+        "baseline 89.5 tok/s (tolerance 5%; profile eagle3, 8x NVIDIA RTX PRO 6000, recorded 2026-11-30 at "
+        "abc1234)")
 
 
 @pytest.mark.parametrize(
@@ -120,9 +121,11 @@ def test_baseline_check_signs_agree_with_the_figure(tmp_path: Path) -> None:
                    "median_ttft_ms": "10%"}, store=store, profile="eagle3", test_id=T, machine=M)
     startup, ttft = comp.checks
     assert startup.status == "regressed" and startup.change_pct == pytest.approx(47.4)
-    assert startup.message.startswith("startup_seconds regressed 47.4%: 14.7 s vs baseline 10.0 s")
+    assert startup.message.startswith("startup_seconds regressed 47.4% (one sample a side: judged by the "
+                                      "tolerance alone): 14.7 s vs baseline 10.0 s")
     assert ttft.status == "ok" and ttft.change_pct == pytest.approx(2.5)
-    assert ttft.message.startswith("median_ttft_ms +2.5% within tolerance: 41.0 ms vs baseline 40.0 ms")
+    assert ttft.message.startswith("median_ttft_ms +2.5% within tolerance (one sample a side: judged by the "
+                                   "tolerance alone): 41.0 ms vs baseline 40.0 ms")
 
 
 def test_margins_are_the_same_engine_in_the_other_direction() -> None:
@@ -208,7 +211,9 @@ def test_update_records_merges_and_keeps_other_entries(tmp_path: Path) -> None:
     entry = data["baselines"]["eagle3"][T][M.key]
     assert entry["metrics"] == {"median_ttft_ms": 41.0, "output_throughput": 90.0}
     assert entry["commit"] == "def5678" and entry["machine"] == M.name
-    assert data["format"] == "pytest-sglang-baselines" and data["version"] == 1
+    assert data["format"] == "pytest-sglang-baselines" and data["version"] == 2
+    assert entry["samples"] == {"median_ttft_ms": [41.0], "output_throughput": [90.0]}
+    assert entry["server"] == "sglang 0.5.2" and entry["driver"] == "580.82"
 
 
 @pytest.mark.parametrize(
