@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from pytest_sglang.baseline.directions import Direction, Tolerance, direction, fmt_value
-from pytest_sglang.baseline.stats import Alternative, bootstrap_change_ci, min_p, rank_sum_p
+from pytest_sglang.baseline.stats import BOOTSTRAP_RESAMPLES, Alternative, bootstrap_change_ci, min_p, rank_sum_p
 from pytest_sglang.errors import BaselineError
 
 if TYPE_CHECKING:
@@ -118,6 +118,7 @@ def judge(
     context: str = "",
     confidence: float = DEFAULT_CONFIDENCE,
     max_cv_pct: float | None = None,
+    resamples: int = BOOTSTRAP_RESAMPLES,
 ) -> Judgement:
     """Judge ``current`` against ``reference`` for ``metric`` (BaselineError if its direction is unknown).
 
@@ -128,7 +129,8 @@ def judge(
     reference spread. ``margin=True``: ``tolerance`` is how much better the median must be ("0%": at least as
     good); short of that it is ``regressed``, else ``ok``. ``current_label`` and ``reference_label`` name the
     two figures in the message (``eagle3`` vs ``base``, or the figure vs ``baseline``); ``context`` says where
-    the reference comes from.
+    the reference comes from. ``resamples``: bootstrap resamples for the interval (0: no interval; the
+    decision never depends on it).
     """
     d = direction(metric)
     cur, ref = _samples(current), _samples(reference)
@@ -175,7 +177,7 @@ def judge(
         worse: Alternative = "less" if d == "higher" else "greater"
         better: Alternative = "greater" if d == "higher" else "less"
         p_worse, p_better = rank_sum_p(cur, ref, worse), rank_sum_p(cur, ref, better)
-        ci = bootstrap_change_ci(cur, ref, confidence)
+        ci = bootstrap_change_ci(cur, ref, confidence, resamples=resamples) if resamples > 0 else None
         if gain < -bound and p_worse <= alpha:
             status = "regressed"
         elif gain > bound and p_better <= alpha:
