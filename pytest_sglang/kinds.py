@@ -41,9 +41,13 @@ class Kind:
     model_flag: str | None  # dropped from the command when the profile names no model
     ready_pattern: str | None  # regex; None: readiness is the health answer alone
     health_path: str | None  # None: readiness is the log line alone
-    # Asked once the ready line is seen, to confirm HTTP answers; None: the health path. SGLang's /health
-    # sleeps 1 s per call (0.5.23, http_server.py), and its ready line follows a served warmup request.
-    ready_probe_path: str | None = None
+    # Asked in turn once the ready line is seen, to confirm HTTP answers; a 404 or 401 moves on to the next,
+    # the health path is the last resort. SGLang's /health waits a second or more per call (0.5.23
+    # http_server.py:780), and its ready line follows a served warmup request; /ready (0.5.23, no key needed,
+    # 200 once the server is Up) may be missing from older versions, /v1/models is in all of them.
+    ready_probe_paths: tuple[str, ...] = ()
+    # The flag that makes the ready line come without a served request: then only the health path will do.
+    skip_warmup_flag: str | None = None
     phases: tuple[PhaseRule, ...] = ()
     # Lines that mean the server is failing even though its process is still alive. A traceback is always
     # one; these catch failures that print no traceback of their own (SGLang's parent after a child died).
@@ -79,7 +83,8 @@ SGLANG = Kind(
     ready_pattern=r"The server is fired up and ready to roll!",
     ready_literals=("The server is fired up and ready to roll!",),
     health_path="/health",
-    ready_probe_path="/v1/models",
+    ready_probe_paths=("/ready", "/v1/models"),
+    skip_warmup_flag="--skip-server-warmup",
     phases=(
         _rule("init_distributed", "initialising torch distributed",
               r"Init torch distributed begin|Init parallel begin",

@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import pytest
 import requests
 
-from pytest_sglang.config.profiles import Profile, ProfileSet, load_profiles
+from pytest_sglang import distributed
+from pytest_sglang.config.profiles import ProfileSet, load_profiles
 from pytest_sglang.errors import PluginError, ServerDiedError
 from pytest_sglang.session import SessionLedger
 from pytest_sglang.settings import Settings, add_options
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
 pytest_plugins = ("pytest_sglang.fixtures",)
 
 PLUGIN_NAME = "sglang-session"  # "sglang" is this module, registered by the entry point
+DEFERRED_TIMEOUT = pytest.StashKey[Any]()  # pytest-timeout settings held back until the server is ready
 URL_PARAM = "url"  # the parametrization id when --sglang-url is given without a profile
 
 
@@ -43,6 +45,10 @@ def pytest_configure(config: pytest.Config) -> None:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_cmdline_main(config: pytest.Config) -> int | None:
+    if config.getoption("sglang_show"):
+        from pytest_sglang.show import show_profiles
+
+        return show_profiles(Settings.from_config(config), print)
     if not config.getoption("sglang_stop"):
         return None
     from pytest_sglang.server import KeptServers
@@ -64,6 +70,8 @@ class SGLangPlugin:
         self._log_dir: Path | None = None
         self._checker: BaselineChecker | None = None
         self._failure_shown: set[str] = set()
+        self.shared = distributed.worker_servers(config)  # under pytest-xdist: the run's shared servers
+        self.run = distributed.ControllerRun(self.settings)  # the xdist controller's side (inert elsewhere)
 
     # Profiles and parametrization.
 
@@ -116,25 +124,23 @@ class SGLangPlugin:
                                  health_path=(profile.health_path if profile and profile.health_path else "/health"),
                                  api_key=profile.api_key if profile else None, **callbacks)
         assert profile is not None
-        self._refuse_one_server_per_worker(profile)
         if self._log_dir is None:
             self._log_dir = self.settings.make_log_dir()
         plan = plan_launch(profile, sim=self.settings.sim, log_dir=self._log_dir,
                            startup_timeout=self.settings.startup_timeout)
+        if profile.ssh:  # on another host: the remote origin (server/remote.py)
+            from pytest_sglang.server.remote import launch_remote_server
+
+            self.status(f"[sglang {name}] launching on {profile.ssh} over ssh: log copied to {plan.log_path}")
+            return launch_remote_server(plan, **callbacks)
+        if self.shared is not None:
+            return self.shared.open(plan, **callbacks)
         if self.settings.reuse:
             handle = KeptServers(self.settings.rootdir).open(plan, **callbacks)
             self.ledger.kept.append(f"{name}: pid {handle.pid} on port {handle.port}")
             return handle
         self.status(f"[sglang {name}] launching: log {plan.log_path}")
         return launch_server(plan, **callbacks)
-
-    def _refuse_one_server_per_worker(self, profile: Profile) -> None:
-        workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
-        if workers > 1 and not self.settings.sim:
-            raise PluginError(
-                f"pytest-xdist runs {workers} workers and each would launch its own {profile.kind} server for "
-                f"profile {profile.name!r} (on a GPU box: {workers} copies of the model). Run the server tests "
-                f"with -n 0, or start the server once and pass --sglang-url=URL to every worker.")
 
     def status(self, text: str) -> None:
         """A live line during a long startup, shown even while output is captured."""
@@ -148,9 +154,31 @@ class SGLangPlugin:
             reporter.write_line(text)
 
     def record_of(self, item: pytest.Item) -> StartupRecord | None:
-        callspec = getattr(item, "callspec", None)
-        param = callspec.params.get("sglang_server") if callspec is not None else None
-        return self.ledger.startups.get(param) if isinstance(param, str) else None
+        param = _server_param(item)
+        return self.ledger.startups.get(param) if param is not None else None
+
+    # pytest-timeout: a server's startup is bounded by startup_timeout and stall_timeout alone. The test's own
+    # --timeout starts once its server is ready (pytest-timeout would otherwise time setup, startup included).
+
+    @pytest.hookimpl(optionalhook=True, tryfirst=True)
+    def pytest_timeout_set_timer(self, item: pytest.Item, settings: Any) -> bool | None:
+        param = _server_param(item)
+        if param is None or param in self.ledger.startups:
+            return None
+        item.stash[DEFERRED_TIMEOUT] = settings
+        return True  # no timer yet: pytest_runtest_setup starts it once the server is up
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_setup(self, item: pytest.Item) -> Generator[None, None, None]:
+        try:
+            return (yield)
+        finally:
+            settings = item.stash.get(DEFERRED_TIMEOUT, None)
+            if settings is not None:
+                import pytest_timeout
+
+                del item.stash[DEFERRED_TIMEOUT]
+                pytest_timeout.pytest_timeout_set_timer(item=item, settings=settings)
 
     # Each test that uses the server: liveness first, its crash reported as such, junit properties.
 
@@ -208,7 +236,7 @@ class SGLangPlugin:
                 terminalreporter.write_line(record.summary())
             for kept in self.ledger.kept:
                 terminalreporter.write_line(f"kept: {kept}; stop it with `pytest --sglang-stop`")
-        if self.ledger.benches or self.ledger.startup_checks:
+        if self._has_benches() or self.ledger.startup_checks:
             terminalreporter.section("sglang benchmarks")
             for line in terminal_lines(self.report()):
                 terminalreporter.write_line(line)
@@ -219,22 +247,40 @@ class SGLangPlugin:
         from pytest_sglang.report import build_report
 
         checker = self._checker
-        return build_report(self.ledger, machine=checker.machine(None) if checker else None,
-                            commit=checker.commit if checker else None,
-                            baseline_path=str(checker.store.path) if checker else None)
+        report = build_report(self.ledger, machine=checker.machine(None) if checker else None,
+                              commit=checker.commit if checker else None,
+                              baseline_path=str(checker.store.path) if checker else None)
+        return self.run.merged(report)
+
+    # pytest-xdist: the controller hands out the run folder, gathers the workers' ledgers, stops the servers.
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_configure_node(self, node: Any) -> None:
+        node.workerinput[distributed.WORKER_INPUT] = self.run.folder_for_workers()
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node: Any, error: object) -> None:
+        self.run.gather(getattr(node, "workeroutput", {}), self.ledger)
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         from pytest_sglang.report import append_step_summary, write_html, write_json
 
+        if self.shared is not None:
+            distributed.send_to_controller(self.config, self.ledger, self.report())
+        for line in self.run.stop_servers():
+            self.status(f"[sglang] stopped the shared server of {line}")
         path = self.settings.report_path
-        if not path and not (self.ledger.benches and os.environ.get("GITHUB_STEP_SUMMARY")):
-            return
+        if self.shared is not None or not (path or (self._has_benches() and os.environ.get("GITHUB_STEP_SUMMARY"))):
+            return  # an xdist worker's figures are written by the controller, with every other worker's
         report = self.report()
         if path:
             json_path = write_json(path, report)
             write_html(json_path.with_suffix(".html"), report)
-        if self.ledger.benches:
+        if self._has_benches():
             append_step_summary(report)
+
+    def _has_benches(self) -> bool:
+        return bool(self.ledger.benches or self.run.bench_count)
 
     # Benchmarks and baselines.
 
@@ -296,7 +342,8 @@ class SGLangPlugin:
         label = self.server_label(server) if server is not None else self.ledger.server_versions.get(profile)
         try:
             comp = self.checker.check(result, tolerances, profile=profile,
-                                      test_id=strip_param(request.node.nodeid, profile), server=label)
+                                      test_id=strip_param(request.node.nodeid, profile), server=label,
+                                      machine=server.machine(label) if server is not None else None)
         except BaselineError as exc:
             fail_with(exc)
         entries = [b for b in self.ledger.entries_for(request.node.nodeid) if b.result is result]
@@ -311,6 +358,13 @@ class SGLangPlugin:
         if comp.failed:
             pytest.fail(comp.failure_message(), pytrace=False)
         return comp
+
+
+def _server_param(item: pytest.Item) -> str | None:
+    """The profile (or "url") this test's sglang_server is parametrized with; None if it uses no server."""
+    callspec = getattr(item, "callspec", None)
+    param = callspec.params.get("sglang_server") if callspec is not None else None
+    return param if isinstance(param, str) else None
 
 
 def strip_param(nodeid: str, param: str | None) -> str:

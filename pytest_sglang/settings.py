@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import tempfile
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -43,6 +40,15 @@ OPTIONS: tuple[tuple[str, dict[str, Any]], ...] = (
     ("--sglang-stop", dict(
         action="store_true", default=False,
         help="Stop every server that --sglang-reuse kept for this rootdir, then exit without running tests.")),
+    ("--sglang-show", dict(
+        action="store_true", default=False,
+        help="Print each selected profile (all, if none is selected) as it would run: kind, the exact command, "
+             "the profile's environment, sim knobs, readiness rules and timeouts, secrets redacted; then exit "
+             "without launching anything.")),
+    ("--sglang-concurrent-profiles", dict(
+        action="store_true", default=False,
+        help="Under pytest-xdist, let servers of different profiles run at once (each worker's profile); by "
+             "default a worker that needs another profile waits until no worker uses the running one.")),
     ("--sglang-baseline", dict(
         default=None, metavar="PATH",
         help="Baseline file that sglang_baseline.check() compares with (default: .sglang-baselines.json in the "
@@ -80,6 +86,8 @@ class Settings:
     config_path: Path | None
     reuse: bool
     stop: bool
+    concurrent_profiles: bool
+    distributed: bool  # this is the controller of a pytest-xdist run
     baseline_path: Path | None
     update_baseline: bool
     baseline_strict: bool
@@ -100,6 +108,8 @@ class Settings:
             config_path=Path(config_path).resolve() if config_path else None,
             reuse=opt("sglang_reuse"),
             stop=opt("sglang_stop"),
+            concurrent_profiles=opt("sglang_concurrent_profiles"),
+            distributed=getattr(config.option, "dist", "no") != "no" and not hasattr(config, "workerinput"),
             baseline_path=Path(baseline).resolve() if baseline else None,
             update_baseline=opt("sglang_update_baseline"),
             baseline_strict=opt("sglang_baseline_strict"),
@@ -114,13 +124,13 @@ class Settings:
                     "server. Pass at most one --sglang-profile with --sglang-url.")
         if self.url and self.reuse:
             return "--sglang-reuse keeps servers this run launches; with --sglang-url nothing is launched."
+        if self.distributed and self.reuse:
+            return ("--sglang-reuse does not work with pytest-xdist yet: under -n the controller stops the shared "
+                    "servers at the end. Drop one of them (a shared server already launches once per run).")
         return None
 
     def make_log_dir(self) -> Path:
-        if self.log_dir_option:
-            path = Path(self.log_dir_option).resolve()
-        else:
-            stamp = time.strftime("%Y%m%d-%H%M%S")
-            path = Path(tempfile.gettempdir()) / "pytest-sglang" / f"{stamp}-{os.getpid()}"
-        path.mkdir(parents=True, exist_ok=True)
-        return path
+        """--sglang-log-dir, or a new private folder under the temp dir (old ones pruned: launch/logdir.py)."""
+        from pytest_sglang.launch.logdir import auto_log_dir, private_dir
+
+        return private_dir(Path(self.log_dir_option).resolve()) if self.log_dir_option else auto_log_dir()

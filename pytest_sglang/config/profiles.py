@@ -32,16 +32,20 @@ _KEY_TYPES: dict[str, tuple[tuple[type, ...], str]] = {
     "python": ((str,), "a path to a Python interpreter"),
     "command": ((list,), "a list of strings"),
     "startup_timeout": ((int, float), "a number of seconds"),
+    "stall_timeout": ((int, float), "a number of seconds"),
     "shutdown_grace": ((int, float), "a number of seconds"),
     "ready_pattern": ((str,), "a regular expression"),
     "health_path": ((str,), "an HTTP path such as '/health'"),
     "host": ((str,), "a host name or address"),
     "port": ((int,), "a port number"),
     "sim": ((dict,), "a table of simulator knobs"),
+    "ssh": ((str,), "an ssh destination such as 'user@host' or a Host alias of ~/.ssh/config"),
+    "ssh_options": ((list,), "a list of extra ssh client arguments, e.g. ['-p', '2222']"),
+    "remote_log_dir": ((str,), "a folder on the ssh host for the server's log"),
 }
 SIM_KNOBS = frozenset({
     "startup_seconds", "decode_tok_s", "ttft_ms", "max_batch", "fault", "fault_after",
-    "crash_after_requests", "ignore_sigterm", "accept_length", "spec_speedup",
+    "crash_after_requests", "ignore_sigterm", "accept_length", "spec_speedup", "jitter",
 })
 SIM_FAULTS = (None, "traceback", "exit", "hang", "bad-flag")
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
@@ -59,13 +63,17 @@ class Profile:
     env: Mapping[str, str] = field(default_factory=dict)
     python: str | None = None
     command: tuple[str, ...] | None = None
-    startup_timeout: float = 1800.0
+    startup_timeout: float = 1800.0  # the hard cap
+    stall_timeout: float = 300.0  # no new log output (line, phase, progress bar) for this long fails the startup
     shutdown_grace: float = 30.0
     ready_pattern: str | None = None
     health_path: str | None = None
     host: str = "127.0.0.1"
     port: int | None = None
     sim: Mapping[str, Any] = field(default_factory=dict)
+    ssh: str | None = None  # launch on this host over OpenSSH (launch/remote.py)
+    ssh_options: tuple[str, ...] = ()
+    remote_log_dir: str | None = None  # default: a folder under the host's temp dir
     unset: Mapping[str, str] = field(default_factory=dict, repr=False)  # key -> why its ${VAR} is unset
 
     @property
@@ -196,7 +204,7 @@ class _Loader:
             if not isinstance(value, types) or isinstance(value, bool):
                 raise ProfileError(f"{self.where(name, key)}: must be {desc}, got {value!r}.")
             checked: Any = value  # isinstance against a tuple variable narrows to `object`
-            if key in ("args", "command") and not all(isinstance(v, (str, int, float)) for v in checked):
+            if key in ("args", "command", "ssh_options") and not all(isinstance(v, (str, int, float)) for v in checked):
                 raise ProfileError(f"{self.where(name, key)}: must be {desc}, got {value!r}.")
             if key == "env" and not all(isinstance(v, (str, int, float)) for v in checked.values()):
                 raise ProfileError(f"{self.where(name, key)}: values must be strings, got {value!r}.")
@@ -233,7 +241,7 @@ class _Loader:
             )
         if kind == "generic" and not merged.get("command"):
             raise ProfileError(f"{self.where(name, 'command')}: kind 'generic' needs a `command` to launch.")
-        for key in ("startup_timeout", "shutdown_grace"):
+        for key in ("startup_timeout", "stall_timeout", "shutdown_grace"):
             if key in merged and merged[key] <= 0:
                 raise ProfileError(f"{self.where(name, key)}: must be positive, got {merged[key]!r}.")
         port = merged.get("port")
@@ -244,6 +252,10 @@ class _Loader:
                 re.compile(merged["ready_pattern"])
             except re.error as exc:
                 raise ProfileError(f"{self.where(name, 'ready_pattern')}: not a valid regex: {exc}.") from None
+        ssh = merged.get("ssh")
+        if ssh is not None and (not ssh.strip() or ssh.startswith("-") or any(c.isspace() for c in ssh)):
+            raise ProfileError(f"{self.where(name, 'ssh')}: {ssh!r} is not an ssh destination: give 'user@host' or "
+                               "a Host alias (ssh options go in `ssh_options`).")
         sim = merged.get("sim", {})
         for knob in sim:
             if knob not in SIM_KNOBS:
@@ -266,12 +278,16 @@ class _Loader:
             python=merged.get("python"),
             command=tuple(merged["command"]) if merged.get("command") else None,
             startup_timeout=float(merged.get("startup_timeout", 1800.0)),
+            stall_timeout=float(merged.get("stall_timeout", 300.0)),
             shutdown_grace=float(merged.get("shutdown_grace", 30.0)),
             ready_pattern=merged.get("ready_pattern"),
             health_path=merged.get("health_path"),
             host=merged.get("host", "127.0.0.1"),
             port=port,
             sim=dict(sim),
+            ssh=ssh,
+            ssh_options=tuple(str(o) for o in merged.get("ssh_options", ())),
+            remote_log_dir=merged.get("remote_log_dir"),
             unset=dict(self.unset.get(name, {})),
         )
 

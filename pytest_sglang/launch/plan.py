@@ -22,6 +22,7 @@ PORT_PLACEHOLDER = "{port}"
 # What a simulated run does not need: the simulator loads no model, runs in pytest's own Python and takes
 # no launch command, so an unset ${VAR} in these keys does not stop a --sglang-sim run.
 NOT_NEEDED_BY_SIM = frozenset({"model", "python", "command", "env"})
+REMOTE_PYTHON = "python3"  # an ssh profile's interpreter on its host, unless `python` names one
 
 
 @dataclass(frozen=True)
@@ -36,15 +37,20 @@ class LaunchPlan:
     port: int
     log_path: Path
     startup_timeout: float
+    stall_timeout: float
     ready_pattern: str | None
     health_path: str | None  # answers 200 while the server is healthy (liveness, and readiness without a line)
-    ready_probe_path: str | None  # asked once the ready line is seen: answers at once if HTTP is up
+    ready_probe_paths: tuple[str, ...]  # asked in turn once the ready line is seen; see Kind.ready_probe_paths
     sim: bool
     fingerprint: str  # of everything that shapes the server; the port only where the profile fixes it
 
     @property
     def base_url(self) -> str:
         return base_url(self.host, self.port)
+
+    @property
+    def ready_probe_path(self) -> str | None:
+        return self.ready_probe_paths[0] if self.ready_probe_paths else None
 
     @property
     def headers(self) -> dict[str, str]:
@@ -56,17 +62,19 @@ def plan_launch(profile: Profile, *, sim: bool, log_dir: Path, startup_timeout: 
     profile.require(None if not sim else set(profile.unset) - NOT_NEEDED_BY_SIM)
     kind = SGLANG if sim else KINDS[profile.kind]
     host = profile.host
-    port = profile.port or free_port(host)
-    python = profile.python or sys.executable
+    # An ssh profile runs on its host (launch/remote.py): its python is there, its port is checked there.
+    port = profile.port or free_port("127.0.0.1" if profile.ssh else host)
+    python = profile.python or (REMOTE_PYTHON if profile.ssh else sys.executable)
     if sim:
-        template: tuple[str, ...] = (sys.executable, "-m", "pytest_sglang.sim", *SGLANG.command[3:], *profile.args)
+        sim_python = python if profile.ssh else sys.executable
+        template: tuple[str, ...] = (sim_python, "-m", "pytest_sglang.sim", *SGLANG.command[3:], *profile.args)
     elif profile.command:
         template = profile.command
     else:
         template = (*kind.command, *profile.args)
         if profile.model is None:
             template = _drop_flag(template, kind.model_flag)
-        else:
+        elif not profile.ssh:  # a model path on an ssh host is that host's to check
             _check_model_path(profile)
     values = {"python": python, "model": profile.model or "", "host": host}
     unported = [_substitute(part, values) for part in template]
@@ -85,13 +93,21 @@ def plan_launch(profile: Profile, *, sim: bool, log_dir: Path, startup_timeout: 
         port=port,
         log_path=log_dir / f"{profile.name}.log",
         startup_timeout=startup_timeout or profile.startup_timeout,
+        stall_timeout=profile.stall_timeout,
         ready_pattern=ready_pattern,
         health_path=health_path,
-        # A profile that names its own health path asked for that one to decide readiness.
-        ready_probe_path=profile.health_path or kind.ready_probe_path or health_path,
+        ready_probe_paths=_probe_paths(profile, kind, health_path),
         sim=sim,
         fingerprint=_fingerprint(profile, kind, unported if profile.port is None else argv, sim),
     )
+
+
+def _probe_paths(profile: Profile, kind: Kind, health_path: str | None) -> tuple[str, ...]:
+    if profile.health_path:  # a profile that names its own health path asked for that one to decide readiness
+        return (profile.health_path,)
+    if kind.skip_warmup_flag and kind.skip_warmup_flag in profile.args:
+        return (health_path,) if health_path else ()
+    return tuple(dict.fromkeys(p for p in (*kind.ready_probe_paths, health_path) if p))
 
 
 def _fingerprint(profile: Profile, kind: Kind, argv: list[str], sim: bool) -> str:

@@ -18,10 +18,27 @@ import time
 import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Protocol
 
 import psutil
 
+from pytest_sglang.launch.logdir import open_log
+from pytest_sglang.launch.members import TreeMembers
+
 OWNER_ENV = "PYTEST_SGLANG_OWNER"
+
+
+class ProcessTree(Protocol):
+    """What the readiness loop and a launched server's liveness ask of its process tree, wherever it runs:
+    :class:`ServerProcess` here, :class:`pytest_sglang.launch.remote.RemoteServer` on an ssh host."""
+
+    pid: int
+    token: str  # the owner token in every descendant's environment
+    started_at: float  # time.monotonic() at launch
+
+    def poll(self) -> int | None: ...
+
+    def stop(self, grace: float = 30.0) -> int | None: ...
 
 
 class ServerProcess:
@@ -34,13 +51,16 @@ class ServerProcess:
         env: Mapping[str, str],
         log_path: Path,
         reap_on_parent_death: bool = True,
+        guardian_pid: int | None = None,
     ) -> None:
+        """``guardian_pid``: the process whose death means nobody will tear this server down (default: this
+        one; under pytest-xdist, the controller that owns the shared server)."""
         self.argv = list(argv)
         self.log_path = log_path
         self.token = uuid.uuid4().hex
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        # Truncate: a previous run's log in a reused --sglang-log-dir holds a ready line of its own.
-        with open(log_path, "wb") as log:
+        # Truncate: a previous run's log in a reused --sglang-log-dir holds a ready line of its own. Private (0600):
+        # servers log their arguments, an --api-key included.
+        with open_log(log_path) as log:
             self.popen = subprocess.Popen(
                 self.argv,
                 stdin=subprocess.DEVNULL,
@@ -52,10 +72,12 @@ class ServerProcess:
             )
         self.started_at = time.monotonic()
         self.pid = self.popen.pid
+        self.members = TreeMembers(self.popen, self.started_at)  # who is in the tree; who died first
         self._reaper: subprocess.Popen[bytes] | None = None
         if reap_on_parent_death:
             self._reaper = subprocess.Popen(
-                [sys.executable, "-m", "pytest_sglang.launch.reaper", str(os.getpid()), str(self.pid), self.token],
+                [sys.executable, "-m", "pytest_sglang.launch.reaper", str(guardian_pid or os.getpid()), str(self.pid),
+                 self.token],
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
@@ -63,6 +85,7 @@ class ServerProcess:
             )
 
     def poll(self) -> int | None:
+        self.members.check()
         return self.popen.poll()
 
     @property
@@ -70,15 +93,17 @@ class ServerProcess:
         return self.popen.returncode
 
     def stop(self, grace: float = 30.0) -> int | None:
-        """SIGTERM the group, wait up to `grace` s, SIGKILL the group, then sweep escaped descendants."""
-        try:
-            kill_tree(self.pid, self.token, grace)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self.popen.wait(timeout=5)
-        finally:
-            if self._reaper is not None and self._reaper.poll() is None:
-                self._reaper.kill()
-                self._reaper.wait()
+        """SIGTERM the group, wait up to `grace` s, SIGKILL the group, then sweep escaped descendants.
+
+        The reaper is dismissed only once the tree is gone: a stop cut short (pytest-timeout's signal, a
+        second Ctrl-C) leaves it on guard, and it kills the tree when pytest exits."""
+        self.members.freeze()
+        kill_tree(self.pid, self.token, grace)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.popen.wait(timeout=5)
+        if self._reaper is not None and self._reaper.poll() is None:
+            self._reaper.kill()
+            self._reaper.wait()
         return self.popen.returncode
 
 

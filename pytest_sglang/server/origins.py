@@ -10,10 +10,11 @@ import os
 import time
 from urllib.parse import urlsplit
 
-from pytest_sglang.errors import Diagnosis, ProfileError, register_env_secrets, register_secret
+from pytest_sglang.errors import Diagnosis, ProfileError, register_arg_secrets, register_env_secrets, register_secret
 from pytest_sglang.launch.plan import LaunchPlan, auth_headers
 from pytest_sglang.launch.ports import check_port_free
 from pytest_sglang.launch.process import ServerProcess
+from pytest_sglang.launch.release import stop_and_release, wait_for_dying_holder
 from pytest_sglang.server.handle import FAILURE_GRACE_SECONDS, AttachedLiveness, LaunchedLiveness, ServerHandle
 from pytest_sglang.server.ready import Probe, RecordCallback, StatusCallback, Wait, ignore, wait_for
 from pytest_sglang.server.record import StartupRecord
@@ -24,25 +25,35 @@ SERVER_MODULES = {"sglang": "sglang", "vllm": "vllm"}
 
 
 def launch_server(plan: LaunchPlan, *, on_status: StatusCallback = ignore, on_record: RecordCallback = ignore,
-                  reap: bool = True, keep: bool = False) -> ServerHandle:
+                  reap: bool = True, keep: bool = False, guardian_pid: int | None = None) -> ServerHandle:
     """Launch the planned server and return once it is ready; on any failure nothing is left running.
 
-    ``keep``: the server outlives the session (--sglang-reuse), so no reaper ties it to this pytest."""
+    ``keep``: the server outlives the session (--sglang-reuse), so no reaper ties it to this pytest.
+    ``guardian_pid``: the process the reaper watches instead of this one (the xdist controller)."""
     profile = plan.profile
     register_secret(profile.api_key)
     register_env_secrets(profile.env)
     register_env_secrets(os.environ)
+    register_arg_secrets(plan.argv)
+
+    def say(text: str) -> None:
+        on_status(f"[sglang {profile.name}] {text}")
+
+    wait_for_dying_holder(plan.host, plan.port, on_status=say)  # a predecessor still on its way out
     check_port_free(plan.host, plan.port, plan.health_path)
-    process = ServerProcess(plan.argv, env=plan.env, log_path=plan.log_path, reap_on_parent_death=reap and not keep)
+    process = ServerProcess(plan.argv, env=plan.env, log_path=plan.log_path, reap_on_parent_death=reap and not keep,
+                            guardian_pid=guardian_pid)
     watcher = LogWatcher(plan.kind, ready_pattern=plan.ready_pattern, started_at=process.started_at,
                          tail=LogTail(plan.log_path))
     template = StartupRecord(profile=profile.name, kind=plan.kind.name, origin="launched", outcome="ready",
                              host=plan.host, port=plan.port, model=profile.model, log_path=plan.log_path,
                              pid=process.pid)
-    probe_path = plan.ready_probe_path if plan.ready_pattern is not None else plan.health_path
+    probe_paths = plan.ready_probe_paths if plan.ready_pattern is not None else (plan.health_path,)
+    probe_paths = tuple(p for p in probe_paths if p)
     wait = Wait(
         template=template, timeout=plan.startup_timeout, started_at=process.started_at,
-        probe=Probe(plan.base_url, probe_path, plan.headers) if probe_path else None,
+        stall_timeout=plan.stall_timeout,
+        probe=Probe(plan.base_url, probe_paths, plan.headers) if probe_paths else None,
         process=process, watcher=watcher, wait_for_line=plan.ready_pattern is not None, command=plan.argv,
         failure_hints=lambda code, diagnosis: _failure_hints(plan, code, diagnosis),
         timeout_hints=lambda: [
@@ -54,12 +65,13 @@ def launch_server(plan: LaunchPlan, *, on_status: StatusCallback = ignore, on_re
     try:
         record = wait_for(wait, on_status=on_status, on_record=on_record)
     except BaseException:  # a failed startup, Ctrl-C during a 10-minute one, pytest-timeout cutting it
-        process.stop(grace=min(FAILURE_GRACE_SECONDS, profile.shutdown_grace))
+        stop_and_release(process, grace=min(FAILURE_GRACE_SECONDS, profile.shutdown_grace), profile=profile.name,
+                         host=plan.host, port=plan.port, on_status=say)
         raise
     health = Probe(plan.base_url, plan.health_path, plan.headers) if plan.health_path else None
     liveness = LaunchedLiveness(profile=profile.name, process=process, watcher=watcher, health=health,
                                 log_path=plan.log_path, host=plan.host, port=plan.port,
-                                shutdown_grace=profile.shutdown_grace, keep=keep)
+                                shutdown_grace=profile.shutdown_grace, keep=keep, on_status=say)
     return ServerHandle(record, liveness, api_key=profile.api_key)
 
 

@@ -8,13 +8,14 @@ returns the startup record; a failed or interrupted wait reports its record too,
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 import requests
 
 from pytest_sglang.errors import Diagnosis, ServerStartupError
-from pytest_sglang.launch.process import ServerProcess
+from pytest_sglang.launch.members import died_first
+from pytest_sglang.launch.process import ProcessTree
 from pytest_sglang.server.record import StartupRecord
 from pytest_sglang.watch import LogWatcher
 
@@ -33,15 +34,26 @@ def ignore(_: object) -> None:
 
 
 class Probe:
-    """An HTTP GET that must answer 200; remembers what it got last, for the error message."""
+    """An HTTP GET that must answer 200; remembers what it got last, for the error message.
 
-    def __init__(self, base_url: str, path: str, headers: dict[str, str]) -> None:
-        self.path = path
-        self.url = base_url.rstrip("/") + "/" + path.lstrip("/")
+    Given several paths, a 404 or 401 from one moves on to the next (a server version without that endpoint,
+    a key the plugin does not know); the last path is kept whatever it answers."""
+
+    def __init__(self, base_url: str, paths: str | Sequence[str], headers: dict[str, str]) -> None:
+        self._base = base_url.rstrip("/")
+        self._paths = [paths] if isinstance(paths, str) else list(paths)
         self.headers = headers
         self.last: str | None = None  # "HTTP 404", "connection refused", ...
         self.last_status: int | None = None
         self._session = requests.Session()
+
+    @property
+    def path(self) -> str:
+        return self._paths[0]
+
+    @property
+    def url(self) -> str:
+        return self._base + "/" + self.path.lstrip("/")
 
     def ok(self, timeout: float = 2.0) -> bool:
         try:
@@ -53,6 +65,9 @@ class Probe:
             self.last, self.last_status = f"{type(exc).__name__}", None
             return False
         self.last, self.last_status = f"HTTP {status}", status
+        if status in (401, 404) and len(self._paths) > 1:
+            self._paths.pop(0)
+            return self.ok(timeout)
         return status == 200
 
 
@@ -61,10 +76,11 @@ class Wait:
     """What one startup waits on. An attached or reused server has no process and no watcher."""
 
     template: StartupRecord  # who is starting; the loop fills in outcome, timings, phases, error
-    timeout: float
+    timeout: float  # the hard cap
     started_at: float
+    stall_timeout: float | None = None  # fail early when the log has shown nothing new for this long
     probe: Probe | None = None
-    process: ServerProcess | None = None
+    process: ProcessTree | None = None
     watcher: LogWatcher | None = None
     wait_for_line: bool = False  # the watcher's ready line must come before the probe
     command: list[str] | None = None
@@ -136,6 +152,10 @@ def _until_ready(wait: Wait, on_status: StatusCallback) -> float:
                     return time.monotonic() - started
         if now - started > wait.timeout:
             raise _timeout(wait)
+        if watcher is not None and wait.stall_timeout is not None:
+            quiet = now - (watcher.last_line_at or started)
+            if quiet >= wait.stall_timeout:
+                raise _stalled(wait, quiet)
         if watcher is not None:
             label = watcher.phase_label
             if label != last_label or now - last_status >= STATUS_EVERY_SECONDS:
@@ -153,7 +173,9 @@ def _settle_seconds(watcher: LogWatcher) -> float:
 
 
 def _diagnosis(wait: Wait, code: int | None) -> Diagnosis:
-    return wait.watcher.diagnosis(exit_code=code) if wait.watcher is not None else Diagnosis(exit_code=code)
+    diagnosis = wait.watcher.diagnosis(exit_code=code) if wait.watcher is not None else Diagnosis(exit_code=code)
+    diagnosis.died_first = died_first(wait.process)  # which process of the tree died first, and how
+    return diagnosis
 
 
 def _failure(wait: Wait, headline: str, code: int | None) -> ServerStartupError:
@@ -172,4 +194,18 @@ def _timeout(wait: Wait) -> ServerStartupError:
     return ServerStartupError(
         headline, profile=wait.template.profile, log_path=wait.template.log_path, diagnosis=_diagnosis(wait, None),
         elapsed=time.monotonic() - wait.started_at, hints=wait.timeout_hints(), command=wait.command,
+    )
+
+
+def _stalled(wait: Wait, quiet: float) -> ServerStartupError:
+    phase = wait.watcher.phase_label if wait.watcher is not None else None
+    return ServerStartupError(
+        f"no progress for {quiet:.0f} s in phase {phase or 'starting'} (stall_timeout {wait.stall_timeout:g} s: "
+        "no new log line, phase or progress in that time)",
+        profile=wait.template.profile, log_path=wait.template.log_path, diagnosis=_diagnosis(wait, None),
+        elapsed=time.monotonic() - wait.started_at, command=wait.command,
+        hints=["a server that is still working logs something (a phase, a progress bar) more often than this: "
+               "look at the last lines for what it waits on (NCCL init, a download, a lock)",
+               "if this phase is legitimately silent for longer, raise stall_timeout in the profile "
+               "(startup_timeout stays the hard cap)"],
     )

@@ -12,7 +12,6 @@ import contextlib
 import hashlib
 import json
 import os
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,14 +19,14 @@ from pathlib import Path
 import psutil
 
 from pytest_sglang.errors import ServerStartupError
-from pytest_sglang.launch.plan import LaunchPlan
+from pytest_sglang.launch.logdir import state_dir
+from pytest_sglang.launch.plan import LaunchPlan, base_url
 from pytest_sglang.launch.process import kill_tree
 from pytest_sglang.server.handle import KeptLiveness, LaunchedLiveness, ServerHandle
 from pytest_sglang.server.origins import launch_server
 from pytest_sglang.server.ready import Probe, RecordCallback, StatusCallback, Wait, ignore, wait_for
 from pytest_sglang.server.record import StartupRecord
 
-STATE_DIR_ENV = "PYTEST_SGLANG_STATE_DIR"  # overrides the folder (tests; CI machines with a shared temp dir)
 REUSE_CHECK_SECONDS = 5.0
 
 
@@ -46,7 +45,7 @@ class KeptServers:
     """The servers kept for one rootdir: attach to one, keep a new one, stop them all."""
 
     def __init__(self, rootdir: Path) -> None:
-        base = Path(os.environ.get(STATE_DIR_ENV) or Path(tempfile.gettempdir()) / f"pytest-sglang-{os.getuid()}")
+        base = state_dir()
         digest = hashlib.sha256(str(rootdir.resolve()).encode()).hexdigest()[:16]
         self.folder = base / "kept" / digest
         self.rootdir = rootdir
@@ -90,8 +89,8 @@ class KeptServers:
         if kept.fingerprint != plan.fingerprint or not psutil.pid_exists(kept.pid):
             return None
         record = kept.record.reused()
-        probe_path = plan.ready_probe_path or plan.health_path
-        probe = Probe(f"http://{record.host}:{record.port}", probe_path, plan.headers) if probe_path else None
+        probe = Probe(base_url(record.host, record.port), plan.ready_probe_paths, plan.headers) \
+            if plan.ready_probe_paths else None
         wait = Wait(template=record, timeout=REUSE_CHECK_SECONDS, started_at=time.monotonic(), probe=probe)
         try:
             record = wait_for(wait, on_status=ignore, on_record=ignore)

@@ -1,0 +1,92 @@
+"""pytest-xdist: what crosses between the controller and its workers. Knows pytest-xdist's hooks' data only.
+
+The controller makes the run folder of shared servers (server/shared.py) on the first worker's start, hands
+its path to every worker, gathers each worker's startup records and report when the worker goes down, and
+stops the shared servers at its own session finish, after the last worker. Without xdist all of this is inert.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_sglang.server.record import StartupRecord
+from pytest_sglang.server.shared import SharedServers
+from pytest_sglang.session import SessionLedger
+from pytest_sglang.settings import Settings
+
+WORKER_INPUT = "sglang_shared"
+WORKER_OUTPUT = "sglang_ledger"
+
+
+def worker_servers(config: pytest.Config) -> SharedServers | None:
+    """On an xdist worker, the run's shared servers; None elsewhere."""
+    given = getattr(config, "workerinput", {}).get(WORKER_INPUT)
+    if not given:
+        return None
+    return SharedServers(Path(given["folder"]), controller_pid=int(given["controller_pid"]),
+                         concurrent_profiles=bool(given["concurrent_profiles"]))
+
+
+def send_to_controller(config: pytest.Config, ledger: SessionLedger, report: dict[str, Any]) -> None:
+    output = getattr(config, "workeroutput", None)
+    if output is not None:
+        output[WORKER_OUTPUT] = {"startups": [r.to_json() for r in ledger.startups.values()], "report": report,
+                                 "notes": list(ledger.notes)}
+
+
+class ControllerRun:
+    """The controller's side of an xdist run: the run folder, and what the workers sent back."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.servers: SharedServers | None = None
+        self.reports: list[dict[str, Any]] = []
+
+    def folder_for_workers(self) -> dict[str, Any]:
+        if self.servers is None:
+            base = Path(tempfile.gettempdir()) / f"pytest-sglang-{os.getuid()}"
+            base.mkdir(parents=True, exist_ok=True, mode=0o700)
+            self.servers = SharedServers.create(base, concurrent_profiles=self.settings.concurrent_profiles)
+        return {"folder": str(self.servers.folder), "controller_pid": self.servers.controller_pid,
+                "concurrent_profiles": self.servers.concurrent_profiles}
+
+    def gather(self, output: dict[str, Any], ledger: SessionLedger) -> None:
+        sent = output.get(WORKER_OUTPUT)
+        if not sent:
+            return
+        for data in sent["startups"]:
+            record = StartupRecord.from_json(data)
+            known = ledger.startups.get(record.profile)
+            if known is None or (not known.ready and record.ready):
+                ledger.add_startup(record)
+        ledger.notes.extend(n for n in sent["notes"] if n not in ledger.notes)
+        self.reports.append(sent["report"])
+
+    @property
+    def bench_count(self) -> int:
+        return sum(len(p["benchmarks"]) for r in self.reports for p in r["profiles"].values())
+
+    def merged(self, report: dict[str, Any]) -> dict[str, Any]:
+        """``report`` (the controller's own) with every worker's profiles and benchmarks folded in."""
+        for sent in self.reports:
+            for name, prof in sent["profiles"].items():
+                mine = report["profiles"].setdefault(name, {**prof, "benchmarks": []})
+                for key, value in prof.items():
+                    if key != "benchmarks" and mine.get(key) is None:
+                        mine[key] = value
+                mine["benchmarks"].extend(prof["benchmarks"])
+            for key in ("machine", "machine_key", "commit", "baseline_file"):
+                report[key] = report.get(key) or sent.get(key)
+        return report
+
+    def stop_servers(self) -> list[str]:
+        if self.servers is None:
+            return []
+        stopped = self.servers.stop_all()
+        self.servers = None
+        return stopped

@@ -1,0 +1,115 @@
+"""One launch for a whole pytest-xdist run, startups that pytest-timeout cannot cut, and a stall deadline: real
+pytest runs with -n, the real simulator, every process accounted for."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from helpers import profile_toml, wait_for_no_processes
+
+pytestmark = pytest.mark.timeout(240)
+
+SHARED = """
+import json, os, psutil, pytest
+
+def others_alive(mine):
+    for proc in psutil.process_iter():
+        try:
+            env = proc.environ()
+        except psutil.Error:
+            continue
+        if env.get("TEST_MARK") == os.environ["MARK"] and env.get("PROFILE_TAG") not in (None, mine):
+            if proc.status() != psutil.STATUS_ZOMBIE:
+                return True
+    return False
+
+@pytest.mark.parametrize("n", range(6))
+def test_uses_the_server(sglang_server, n):
+    assert not others_alive(sglang_server.profile), "servers of two profiles ran at once"
+    with open(os.environ["SEEN"], "a") as fh:
+        fh.write(json.dumps([sglang_server.profile, sglang_server.pid, os.environ["PYTEST_XDIST_WORKER"]]) + "\\n")
+"""
+
+
+def shared_profile(name: str, mark: str, sim: str = "startup_seconds = 1.0") -> str:
+    return profile_toml(name, mark, sim=sim).replace(f'TEST_MARK = "{mark}"',
+                                                    f'TEST_MARK = "{mark}", PROFILE_TAG = "{name}"')
+
+
+def run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
+    return pytester.runpytest_subprocess("-p", "no:cacheprovider", *args, timeout=200)
+
+
+def seen(pytester: pytest.Pytester) -> list[tuple[str, int, str]]:
+    return [tuple(json.loads(line)) for line in (pytester.path / "seen.jsonl").read_text().splitlines()]
+
+
+def test_xdist_workers_share_one_launch_per_profile(pytester: pytest.Pytester, mark: str,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MARK", mark)
+    monkeypatch.setenv("SEEN", str(pytester.path / "seen.jsonl"))
+    pytester.makefile(".toml", pyproject=shared_profile("a", mark) + shared_profile("b", mark))
+    pytester.makepyfile(test_shared=SHARED)
+    report = pytester.path / "report.json"
+    result = run(pytester, "-n", "3", "--sglang-profile=a,b", "--sglang-sim", f"--sglang-report={report}")
+    result.assert_outcomes(passed=12)
+    rows = seen(pytester)
+    assert {profile for profile, _, _ in rows} == {"a", "b"}
+    for profile in ("a", "b"):
+        pids = {pid for p, pid, _ in rows if p == profile}
+        assert len(pids) == 1, f"profile {profile} launched {len(pids)} times: {pids}"
+    assert len({worker for _, _, worker in rows}) > 1, "the tests did not spread over the workers"
+    assert not wait_for_no_processes(mark, timeout=15), "the controller must stop every shared server"
+    result.stdout.fnmatch_lines(["*sglang servers*", "a: ready in * s*", "b: ready in * s*"])
+    profiles = json.loads(report.read_text())["profiles"]
+    assert profiles["a"]["startup_seconds"] > 0 and profiles["b"]["startup_seconds"] > 0
+
+
+def test_a_crashed_worker_leaves_no_orphan(pytester: pytest.Pytester, mark: str, monkeypatch: pytest.MonkeyPatch
+                                           ) -> None:
+    pytester.makefile(".toml", pyproject=profile_toml("p", mark, sim="startup_seconds = 0.5"))
+    pytester.makepyfile(test_crash="""
+import os
+def test_kills_its_worker(sglang_server):
+    os._exit(3)
+def test_other(sglang_server):
+    assert sglang_server.pid
+""")
+    result = run(pytester, "-n", "2", "--sglang-profile=p", "--sglang-sim")
+    outcomes = result.parseoutcomes()
+    assert outcomes.get("failed") == 1 and outcomes.get("passed") == 1, result.stdout.str()
+    assert not wait_for_no_processes(mark, timeout=15), "a crashed worker must leave no server behind"
+
+
+def test_startup_is_not_charged_to_the_first_tests_timeout(pytester: pytest.Pytester, mark: str) -> None:
+    pytester.makefile(".toml", pyproject=profile_toml("p", mark, sim="startup_seconds = 4"))
+    pytester.makepyfile(test_user="def test_first(sglang_server):\n    pass\n"
+                                  "def test_second(sglang_server):\n    pass\n")
+    for method in ("signal", "thread"):
+        result = run(pytester, "--sglang-profile=p", "--sglang-sim", "--timeout=2", f"--timeout-method={method}")
+        result.assert_outcomes(passed=2)
+        assert "Timeout" not in result.stdout.str()
+        assert not wait_for_no_processes(mark, timeout=15)
+
+
+def test_the_tests_own_timeout_still_holds_and_leaves_no_server(pytester: pytest.Pytester, mark: str) -> None:
+    pytester.makefile(".toml", pyproject=profile_toml("p", mark, sim="startup_seconds = 0.5"))
+    pytester.makepyfile(test_user="import time\ndef test_slow(sglang_server):\n    time.sleep(30)\n")
+    for method in ("signal", "thread"):
+        result = run(pytester, "--sglang-profile=p", "--sglang-sim", "--timeout=2", f"--timeout-method={method}")
+        assert "Timeout" in result.stdout.str() + result.stderr.str()
+        assert not wait_for_no_processes(mark, timeout=20), f"--timeout-method={method} left the server running"
+
+
+def test_a_silent_hang_fails_at_the_stall_timeout_not_the_hard_cap(pytester: pytest.Pytester, mark: str) -> None:
+    toml = profile_toml("p", mark, "startup_timeout = 120\nstall_timeout = 2",
+                        sim='startup_seconds = 1.0, fault = "hang"')
+    pytester.makefile(".toml", pyproject=toml)
+    pytester.makepyfile(test_user="def test_first(sglang_server):\n    pass\n")
+    result = run(pytester, "--sglang-profile=p", "--sglang-sim")
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(["*no progress for 2 s in phase * (stall_timeout 2 s*", "*Last * log lines:*",
+                                 "*Try: *raise stall_timeout in the profile*"])
+    assert result.duration < 60
+
