@@ -24,7 +24,7 @@ __all__ = ["Hits", "LiteralSet"]
 
 _PER_LITERAL = 2  # a literal is probed by its two rarest characters in the log (more, where they never occur)
 _RETUNE_BYTES = 16 << 20  # the rarest characters are counted again after this much log
-_SAMPLE_BYTES = 16 << 10  # on this much of it
+_SAMPLE_BYTES = 16 << 10  # on this much of it (sooner, after 64 times the sample, when a block was shorter)
 
 
 def minimal(literals: Iterable[str]) -> tuple[str, ...]:
@@ -52,7 +52,8 @@ class LiteralSet:
             groups.setdefault(anchor, []).append(lit)
         self._groups = tuple((a, tuple(groups[a])) for a in sorted(groups))
         self.encoded = frozenset(lit.encode() for lit in self.literals)
-        self._scanned = _RETUNE_BYTES  # log bytes scanned since the rarest characters were counted
+        self._scanned = 0  # log bytes scanned since the rarest characters were counted
+        self._retune_at = 0
         self._delete = b""
         self._probes: tuple[tuple[bytes, bytes, bytes], ...] = ()
 
@@ -67,7 +68,7 @@ class LiteralSet:
     def candidates(self, data: bytes) -> list[bytes] | None:
         """The literals (encoded) that may occur in `data`, a superset of those that do; None when `data`
         holds a control character."""
-        if self._scanned >= _RETUNE_BYTES:
+        if self._scanned >= self._retune_at:
             self._tune(data[-_SAMPLE_BYTES:])
         self._scanned += len(data)
         proj = data.translate(None, self._delete)
@@ -76,9 +77,11 @@ class LiteralSet:
         return [lit for lit, probe, rarest in self._probes if rarest in proj and probe in proj]
 
     def _tune(self, sample: bytes) -> None:
-        """Choose the projection's characters: each literal's rarest in `sample` (any choice is correct; a
-        rare one keeps the projection short and its probe selective)."""
+        """Choose the projection's characters: each literal's two rarest in `sample`, and those it never holds
+        (any choice is correct; rare ones keep the projection short and the probe selective; a probe of more
+        characters is found faster, one of more common ones makes the projection longer: two measured best)."""
         self._scanned = 0
+        self._retune_at = min(_RETUNE_BYTES, 64 * max(len(sample), 256))
         counts = Counter(sample)
         keep = set(CONTROL_BYTES)
         for lit in self.encoded:

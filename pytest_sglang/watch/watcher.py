@@ -21,7 +21,7 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..errors import Diagnosis
+from ..errors import Diagnosis, redact
 from ..kinds import Kind
 from .extractor import RootCauseExtractor
 from .literals import Hits, LiteralSet
@@ -125,7 +125,7 @@ class LogWatcher:
             return "ready"
         if self.failing_since is not None:
             causes = self._extractor.root_causes()
-            return f"failing: {causes[0].splitlines()[0]}" if causes else "failing"
+            return redact(f"failing: {causes[0].splitlines()[0]}") if causes else "failing"
         label = self.phase_label or "starting"
         p = self.progress
         if p is not None and self._progress_phase == self.phase_label and p.percent is not None:

@@ -145,7 +145,6 @@ def test_block_candidates_hold_every_literal_present(seed: int) -> None:
     s = LiteralSet(lits)
     for _ in range(30):
         s._tune("".join(rng.choice(alphabet) for _ in range(rng.randint(0, 200))).encode())
-        s._scanned = 0
         block = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 400))).encode() + b"\n"
         found = s.candidates(block)
         assert found is not None
