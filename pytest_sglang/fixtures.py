@@ -5,17 +5,22 @@ Registered through plugin.py (which imports them); each hands its work to the se
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator
+import time
+from collections.abc import Generator
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from pytest_sglang.errors import PluginError, ResultNotFoundError
 from pytest_sglang.plugin import SGLangPlugin, fail_with, plugin_of
+from pytest_sglang.session import BenchEntry
+
+RESULT_WAIT_SECONDS = 600.0  # how long a comparison waits for a result another xdist worker is measuring
 
 if TYPE_CHECKING:
     from pytest_sglang.baseline import Comparison
     from pytest_sglang.bench import BenchResult
+    from pytest_sglang.bench.sweep import BenchFixture
     from pytest_sglang.server import ServerHandle, StartupRecord
 
 
@@ -36,6 +41,7 @@ class ResultsView:
 
     def get(self, profile: str, test: str) -> BenchResult:
         self._skip_unless_ran(profile)
+        self._await_other_workers([profile], test)
         try:
             return self._ledger.get(profile, test)
         except ResultNotFoundError as exc:
@@ -46,10 +52,25 @@ class ResultsView:
         ``output_throughput="10%"``); returns the signed changes in percent (positive: ``better`` is better)."""
         for profile in (better, other):
             self._skip_unless_ran(profile)
+        self._await_other_workers([better, other], test)
         try:
             return self._ledger.compare(better, other, test, **margins)
         except (ResultNotFoundError, PluginError, AssertionError) as exc:
             fail_with(exc)
+
+    def _await_other_workers(self, profiles: list[str], test: str) -> None:
+        """Under pytest-xdist another worker may still be measuring what this comparison needs: wait for it."""
+        shared = self._plugin.shared
+        deadline = time.monotonic() + RESULT_WAIT_SECONDS
+        while shared is not None and any(self._ledger.find(p, test) is None for p in profiles):
+            seen = {(b.profile, b.nodeid) for b in self._ledger.from_other_workers}
+            for entry in shared.published():
+                if (entry["profile"], entry["nodeid"]) not in seen:
+                    self._ledger.from_other_workers.append(
+                        BenchEntry(entry["profile"], entry["test_id"], entry["nodeid"], entry["result"]))
+            if time.monotonic() > deadline:
+                return
+            time.sleep(0.5)
 
     def _skip_unless_ran(self, profile: str) -> None:
         selected = self._plugin.params()
@@ -104,16 +125,20 @@ def sglang_results(request: pytest.FixtureRequest) -> ResultsView:
 
 
 @pytest.fixture
-def sglang_bench(request: pytest.FixtureRequest, sglang_server: ServerHandle) -> Callable[..., BenchResult]:
+def sglang_bench(request: pytest.FixtureRequest, sglang_server: ServerHandle) -> BenchFixture:
     """``sglang_bench(num_requests=64, concurrency=None, request_rate=inf, input_len=128, output_len=128,
-    api="completions"|"chat"|"generate", warmup=1, seed=0, ...)`` streams requests at the profile's server
-    and returns a BenchResult named as sglang.bench_serving names its figures (see pytest_sglang.bench)."""
+    api="completions"|"chat"|"generate", warmup=1, seed=0, rounds=1, slo=None, ...)`` streams requests at the
+    profile's server and returns a BenchResult named as sglang.bench_serving names its figures (see
+    pytest_sglang.bench); ``sglang_bench.sweep(concurrency=[1, 4, 16], ...)`` returns the curve, and
+    ``sglang_bench.search_slo(slo={"ttft_ms": 200}, concurrency=[...])`` the highest load meeting the SLO."""
+    from pytest_sglang.bench.sweep import BenchFixture
+
     plugin = plugin_of(request.config)
 
     def bench(**kwargs: Any) -> BenchResult:
         return plugin.run_bench(request, sglang_server, **kwargs)
 
-    return bench
+    return BenchFixture(bench)
 
 
 class BaselineFixture:

@@ -37,6 +37,8 @@ class SessionLedger:
         self.startup_checks: list[Comparison] = []  # checks of startup_seconds, which belong to no benchmark
         self.notes: list[str] = []
         self.kept: list[str] = []  # servers left running for --sglang-reuse, as "name: pid N on port P"
+        # Results other pytest-xdist workers measured (their result a mapping): found, never reported twice.
+        self.from_other_workers: list[BenchEntry] = []
 
     def add_startup(self, record: StartupRecord) -> None:
         self.startups[record.profile] = record
@@ -59,11 +61,9 @@ class SessionLedger:
 
     def find(self, profile: str, test: str) -> BenchResult | None:
         """The last result of ``test`` (a test id, a node id, or a test function name) under ``profile``."""
-        for b in reversed(self.benches):
-            if b.profile != profile:
-                continue
+        for b in reversed([*self.from_other_workers, *self.benches]):
             name = b.test_id.rsplit("::", 1)[-1]
-            if test in (b.test_id, b.nodeid, name) or b.test_id.endswith("::" + test):
+            if b.profile == profile and (test in (b.test_id, b.nodeid, name) or b.test_id.endswith("::" + test)):
                 return b.result
         return None
 

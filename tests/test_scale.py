@@ -113,3 +113,30 @@ def test_a_silent_hang_fails_at_the_stall_timeout_not_the_hard_cap(pytester: pyt
                                  "*Try: *raise stall_timeout in the profile*"])
     assert result.duration < 60
 
+
+
+def test_profile_comparisons_see_every_workers_results(pytester: pytest.Pytester, mark: str) -> None:
+    toml = (profile_toml("slow", mark, sim="startup_seconds = 0.3, decode_tok_s = 40")
+            + profile_toml("fast", mark, sim="startup_seconds = 0.3, decode_tok_s = 400"))
+    pytester.makefile(".toml", pyproject=toml)
+    pytester.makepyfile(test_user="""
+import pytest
+
+@pytest.mark.parametrize("n", range(3))
+def test_other(sglang_server, n):
+    pass
+
+def test_throughput(sglang_server, sglang_bench):
+    sglang_bench(num_requests=4, concurrency=4, input_len=8, output_len=16, warmup=0)
+
+@pytest.mark.sglang_compare
+def test_compare(sglang_results):
+    changes = sglang_results.compare("fast", "slow", "test_throughput", output_throughput="50%")
+    assert changes["output_throughput"] > 50
+""")
+    report = pytester.path / "report.json"
+    result = run(pytester, "-n", "2", "--sglang-profile=slow,fast", "--sglang-sim", f"--sglang-report={report}")
+    result.assert_outcomes(passed=9)
+    benches = {name: prof["benchmarks"] for name, prof in json.loads(report.read_text())["profiles"].items()}
+    assert [len(benches["slow"]), len(benches["fast"])] == [1, 1], "the report must hold every worker's figures"
+    assert not wait_for_no_processes(mark, timeout=15)

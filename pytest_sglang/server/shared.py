@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -115,11 +116,24 @@ class SharedServers:
                 if state.status == "ready":
                     self._stop(state)
                     stopped.append(f"{state.profile}: pid {state.pid}")
-        with contextlib.suppress(OSError):
-            for path in self.folder.iterdir():
-                path.unlink()
-            self.folder.rmdir()
+        shutil.rmtree(self.folder, ignore_errors=True)
         return stopped
+
+    def publish(self, entry: dict[str, Any]) -> None:
+        """A benchmark result this worker measured, for the other workers' profile comparisons."""
+        folder = self.folder / "results"
+        folder.mkdir(exist_ok=True, mode=0o700)
+        path = folder / f"{os.getpid()}-{time.time_ns()}.json"
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(entry, default=str), encoding="utf-8")
+        os.replace(tmp, path)
+
+    def published(self) -> list[dict[str, Any]]:
+        found = []
+        for path in sorted((self.folder / "results").glob("*.json")):
+            with contextlib.suppress(OSError, ValueError):
+                found.append(json.loads(path.read_text(encoding="utf-8")))
+        return found
 
     def release(self, profile: str) -> None:
         """This worker's tests of ``profile`` are done; the server stays up for the others."""
