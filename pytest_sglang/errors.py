@@ -20,18 +20,44 @@ def register_secret(value: str | None) -> None:
 
 def register_env_secrets(env: Mapping[str, str]) -> None:
     for name, value in env.items():
-        if SECRET_NAME.search(name):
+        if SECRET_NAME.search(name) and "${" not in value:  # an unset ${VAR} is its own name, no secret
             register_secret(value)
+
+
+def register_arg_secrets(argv: Sequence[str]) -> None:
+    """Remember the values of secret-named flags: ``--api-key X``, ``--hf-token=X``, ``--admin-api-key X``."""
+    for i, arg in enumerate(argv):
+        flag, eq, value = arg.partition("=")
+        if not flag.startswith("--") or not SECRET_NAME.search(flag.replace("-", "_")):
+            continue
+        if eq:
+            register_secret(value)
+        elif i + 1 < len(argv):
+            register_secret(argv[i + 1])
+
+
+# Secrets the plugin was never told about but a server prints: SGLang's `server_args=ServerArgs(...,
+# api_key='...')`, vLLM's `Namespace(..., hf_token='...')`, an `Authorization: Bearer ...` header.
+_SECRET_FIELD = re.compile(r"\b(\w*(?:api_key|_token|secret|password)\b)=(['\"])([^'\"]+)\2", re.IGNORECASE)
+_BEARER = re.compile(r"(Bearer\s+)[A-Za-z0-9._~+/=-]{4,}")
 
 
 def redact(text: str) -> str:
     for secret in sorted(_SECRETS, key=len, reverse=True):
         text = text.replace(secret, "***")
-    return text
+    text = _SECRET_FIELD.sub(lambda m: f"{m.group(1)}={m.group(2)}***{m.group(2)}", text)
+    return _BEARER.sub(r"\1***", text)
 
 
 class PluginError(Exception):
-    """Base of every error pytest-sglang raises on purpose."""
+    """Base of every error pytest-sglang raises on purpose. Its text is redacted wherever it is shown."""
+
+    def __str__(self) -> str:
+        return redact(super().__str__())
+
+
+class ResourcesHeldWarning(UserWarning):
+    """A stopped server's processes still hold GPU memory or its port after the release bound."""
 
 
 class ProfileError(PluginError):
@@ -86,6 +112,7 @@ class Diagnosis:
     last_lines: list[str] = field(default_factory=list)
     phase: str | None = None  # last startup phase reached
     exit_code: int | None = None  # negative: killed by that signal (Popen's convention)
+    died_first: str | None = None  # which process of the server's tree died first, and how (launch/members.py)
 
 
 def describe_exit(code: int | None) -> str | None:
@@ -130,7 +157,7 @@ class ServerError(PluginError):
         """The root cause in one line (the first exception line the log showed), or None."""
         causes = self.diagnosis.root_causes
         if not causes or not causes[0].strip():
-            return None
+            return redact(self.diagnosis.died_first) if self.diagnosis.died_first else None
         line = causes[0].strip().splitlines()[0]
         return redact(line if len(line) <= 240 else line[:239] + "\u2026")
 
@@ -148,6 +175,8 @@ class ServerError(PluginError):
             facts.append(f"last phase: {d.phase}")
         if facts:
             parts[0] += " (" + ", ".join(facts) + ")"
+        if d.died_first and d.root_causes:  # without a root cause it is the cause, on the first line
+            parts.append(f"First process of the server's tree to die: {d.died_first}")
         if d.root_causes:
             parts.append("")
             parts.append("Root cause from the server log:")

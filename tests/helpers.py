@@ -63,3 +63,12 @@ def reap_marked(mark: str, timeout: float = 15.0) -> list[str]:
         except psutil.Error:
             names.append(str(proc.pid))
     return names
+
+
+def dead_pid() -> int:
+    """The pid of a process that has exited and been reaped (a guardian that is gone, a run that ended)."""
+    import subprocess
+
+    done = subprocess.Popen(["true"])
+    done.wait()
+    return done.pid

@@ -48,13 +48,21 @@ def wait_port_free(host: str, port: int, timeout: float = 10.0) -> bool:
     return False
 
 
-def _port_owner(port: int) -> str:
+def listeners(port: int) -> list[psutil.Process]:
+    """The processes listening on a TCP port, where this user may see them (empty when none can be seen)."""
+    found: dict[int, psutil.Process] = {}
     with contextlib.suppress(psutil.Error, OSError):
         for conn in psutil.net_connections(kind="tcp"):
             if conn.laddr and conn.laddr.port == port and conn.status == psutil.CONN_LISTEN and conn.pid:
-                proc = psutil.Process(conn.pid)
-                cmd = " ".join(proc.cmdline()[:6])
-                return f"; held by pid {conn.pid} ({cmd})"
+                with contextlib.suppress(psutil.Error):
+                    found.setdefault(conn.pid, psutil.Process(conn.pid))
+    return list(found.values())
+
+
+def _port_owner(port: int) -> str:
+    for proc in listeners(port):
+        with contextlib.suppress(psutil.Error):
+            return f"; held by pid {proc.pid} ({' '.join(proc.cmdline()[:6])})"
     return ""
 
 

@@ -8,6 +8,7 @@ whether it is still alive and what closing it means.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -15,9 +16,10 @@ from typing import Protocol
 import psutil
 
 from pytest_sglang.errors import Diagnosis, ServerDiedError
+from pytest_sglang.launch.members import died_first, essential_death
 from pytest_sglang.launch.plan import auth_headers, base_url
-from pytest_sglang.launch.ports import wait_port_free
 from pytest_sglang.launch.process import ServerProcess
+from pytest_sglang.launch.release import stop_and_release
 from pytest_sglang.server.ready import Probe
 from pytest_sglang.server.record import StartupRecord
 from pytest_sglang.watch import LogWatcher
@@ -121,6 +123,7 @@ class LaunchedLiveness:
     port: int
     shutdown_grace: float
     keep: bool = False  # --sglang-reuse: the server outlives the session
+    on_status: Callable[[str], None] | None = None  # says so when the stopped server is slow to let go of a GPU
     _survived_at: float | None = None
 
     def death(self) -> ServerDiedError | None:
@@ -130,6 +133,10 @@ class LaunchedLiveness:
         if code is not None:
             self.watcher.poll(now, final=True)
             return self._died("server died during the session", code)
+        if essential_death(self.process) is not None:  # a scheduler gone: its main process may serve on, hung
+            error = self._died("server died during the session: a process of its tree died", None)
+            self.process.stop(grace=FAILURE_GRACE_SECONDS)
+            return error
         if self.logged_crash() and not (self.health is None or self.health.ok()):
             error = self._died("server died during the session: it logged a crash and stopped answering", None)
             self.process.stop(grace=FAILURE_GRACE_SECONDS)
@@ -147,12 +154,14 @@ class LaunchedLiveness:
     def close(self) -> None:
         if self.keep and self.process.poll() is None:
             return
-        self.process.stop(grace=self.shutdown_grace)
-        wait_port_free(self.host, self.port)
+        stop_and_release(self.process, grace=self.shutdown_grace, profile=self.profile, host=self.host,
+                         port=self.port, on_status=self.on_status)
 
     def _died(self, headline: str, code: int | None) -> ServerDiedError:
+        diagnosis = self.watcher.diagnosis(exit_code=code)
+        diagnosis.died_first = died_first(self.process)
         return ServerDiedError(
-            headline, profile=self.profile, log_path=self.log_path, diagnosis=self.watcher.diagnosis(exit_code=code),
+            headline, profile=self.profile, log_path=self.log_path, diagnosis=diagnosis,
             elapsed=time.monotonic() - self.process.started_at,
             hints=["every later test that uses this server fails with this same error; fix the crash above"],
         )

@@ -1,0 +1,105 @@
+"""--sglang-show: each selected profile as it would run, secrets redacted, and nothing launched.
+
+What is shown is what the launch would use: the profile after `extends` and `${VAR}`, planned by
+launch/plan.py (the exact command line), with the profile's own environment (not the whole os.environ), its
+simulator knobs, its readiness rules and its timeouts. Values of secret-named variables and flags
+(*_TOKEN, *API_KEY, --api-key, ...) and every value registered as a secret print as ``***``.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+
+from pytest_sglang.config.profiles import Profile, load_profiles
+from pytest_sglang.errors import (
+    SECRET_NAME,
+    ProfileError,
+    redact,
+    register_arg_secrets,
+    register_env_secrets,
+    register_secret,
+)
+from pytest_sglang.launch.logdir import state_dir
+from pytest_sglang.launch.plan import NOT_NEEDED_BY_SIM, LaunchPlan, plan_launch
+from pytest_sglang.settings import Settings
+
+USAGE_ERROR = 4  # pytest.ExitCode.USAGE_ERROR
+PREFIX = "pytest-sglang --sglang-show:"
+
+
+def show_profiles(settings: Settings, write: Callable[[str], None]) -> int:
+    """Write each selected profile (every defined one if none is selected); 0 if each can be planned, 1 if
+    one cannot (its problem is shown), 4 for an unknown profile or a broken profiles file."""
+    try:
+        profiles = load_profiles(settings.rootdir, settings.config_path)
+        chosen = (profiles.select(list(settings.profiles)) if settings.profiles
+                  else list(profiles.profiles.values()))
+    except ProfileError as exc:
+        write(f"{PREFIX} {exc}")
+        return USAGE_ERROR
+    if not chosen:
+        write(f"{PREFIX} no profiles are defined: add [tool.pytest_sglang.profiles.NAME] to pyproject.toml in the "
+              "rootdir, or pass --sglang-config=FILE")
+        return 0
+    register_env_secrets(os.environ)
+    which = "selected" if settings.profiles else "defined"
+    write(f"{PREFIX} {len(chosen)} {which} profile(s) from {profiles.source}"
+          f"{' under --sglang-sim' if settings.sim else ''}; nothing is launched")
+    failed = False
+    for profile in chosen:
+        lines, ok = profile_lines(profile, settings)
+        failed |= not ok
+        for line in lines:
+            write(redact(line))
+    return 1 if failed else 0
+
+
+def profile_lines(profile: Profile, settings: Settings) -> tuple[list[str], bool]:
+    """The lines that show one profile, and whether it can be launched as it stands."""
+    register_secret(profile.api_key)
+    register_env_secrets(profile.env)
+    register_arg_secrets([*profile.args, *(profile.command or ())])
+    problems = [message for key, message in profile.unset.items() if not (settings.sim and key in NOT_NEEDED_BY_SIM)]
+    log_dir = Path(settings.log_dir_option).resolve() if settings.log_dir_option else None
+    plan: LaunchPlan | None = None
+    try:
+        plan = plan_launch(replace(profile, unset={}), sim=settings.sim,
+                           log_dir=log_dir or state_dir() / "logs" / "NEW-RUN-FOLDER",
+                           startup_timeout=settings.startup_timeout)
+    except ProfileError as exc:
+        problems.append(str(exc))
+    rows = [("kind", profile.kind + (" (the bundled simulator runs it: --sglang-sim)" if settings.sim else ""))]
+    if plan is not None:
+        rows.append(("command", shlex.join(plan.argv)))
+        rows.append(("listens on", f"{plan.host}:{plan.port}" + (
+            "" if profile.port else " (the port is an example: a free one is chosen at each launch)")))
+    rows.append(("env", " ".join(f"{name}={_shown(name, value)}" for name, value in profile.env.items())
+                 or "(none beyond pytest's own environment)"))
+    knobs = " ".join(f"{k}={v!r}" for k, v in profile.sim.items()) or "(defaults)"
+    rows.append(("sim knobs", knobs + ("" if settings.sim else " (used only with --sglang-sim)")))
+    if plan is not None:
+        rows.append(("ready when", _readiness(plan)))
+        rows.append(("alive while", f"GET {plan.health_path} answers 200" if plan.health_path
+                     else "its process runs"))
+        rows.append(("timeouts", f"startup {plan.startup_timeout:g} s (the hard cap), stall {plan.stall_timeout:g} s "
+                                 f"without log progress, shutdown grace {profile.shutdown_grace:g} s"))
+        where = "" if log_dir else " (NEW-RUN-FOLDER: a new folder for each run)"
+        rows.append(("log", f"{plan.log_path}{where}"))
+    rows += [("problem", problem) for problem in problems]
+    width = max(len(label) for label, _ in rows)
+    return [f"profile {profile.name}"] + [f"  {label.ljust(width)}  {text}" for label, text in rows], not problems
+
+
+def _readiness(plan: LaunchPlan) -> str:
+    if plan.ready_pattern is None:
+        return f"GET {plan.health_path} answers 200" if plan.health_path else "its process has started"
+    probe = f", then GET {plan.ready_probe_path} answers 200" if plan.ready_probe_path else ""
+    return f"a log line matches /{plan.ready_pattern}/{probe}"
+
+
+def _shown(name: str, value: str) -> str:
+    return "***" if SECRET_NAME.search(name) else shlex.quote(value)

@@ -1,0 +1,167 @@
+"""Which process of the server's tree died: role or command line, pid, signal or exit code, in the error."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+from helpers import marked_processes, profile_toml, wait_for_no_processes
+
+from pytest_sglang.launch.members import role_of
+from pytest_sglang.launch.process import ServerProcess
+
+pytestmark = pytest.mark.timeout(120)
+
+# A root that starts two titled children (argv[0] as setproctitle leaves it) and one plain one, and never
+# waits for them: a dead child stays a zombie, as under SGLang's and the simulator's main processes.
+TREE = """
+import subprocess, time
+kids = [subprocess.Popen(["sglang::scheduler_TP0", "60"], executable="sleep"),
+        subprocess.Popen(["sglang::scheduler_TP1", "60"], executable="sleep"),
+        subprocess.Popen(["sleep", "61"])]
+subprocess.run(["true"])  # a helper that comes and goes: no news
+time.sleep(60)
+"""
+
+
+def test_roles_come_from_process_titles_and_the_simulator() -> None:
+    assert role_of(["sglang::scheduler_TP0"]) == "sglang::scheduler_TP0"
+    assert role_of(["VLLM::EngineCore_DP0 "]) == "VLLM::EngineCore_DP0"
+    assert role_of([sys.executable, "-m", "pytest_sglang.sim.worker", "scheduler_TP1", "{}"]) == "scheduler_TP1"
+    assert role_of(["/usr/bin/python3", "-m", "sglang.launch_server"]) is None
+    assert role_of([]) is None
+
+
+def _tree(tmp_path: Path) -> ServerProcess:
+    server = ServerProcess([sys.executable, "-c", TREE], env=dict(os.environ), log_path=tmp_path / "tree.log",
+                           reap_on_parent_death=False)
+    deadline = time.monotonic() + 10
+    while len(server.members.names()) < 4:
+        assert time.monotonic() < deadline, f"members never seen: {server.members.names()}"
+        server.poll()
+        time.sleep(0.05)
+    return server
+
+
+def _kill(server: ServerProcess, word: str, sig: int) -> int:
+    """Send ``sig`` to the member whose name has ``word``, and poll until the tree notices; its pid."""
+    pid = next(pid for pid, name in server.members.names().items() if word in name)
+    seen = len(server.members.deaths)
+    os.kill(pid, sig)
+    deadline = time.monotonic() + 5
+    while len(server.members.deaths) == seen:
+        assert time.monotonic() < deadline, "the death was never noticed"
+        server.poll()
+        time.sleep(0.02)
+    return pid
+
+
+def test_the_first_member_to_die_is_named_with_its_signal(tmp_path: Path) -> None:
+    server = _tree(tmp_path)
+    try:
+        victim = _kill(server, "scheduler_TP1", signal.SIGKILL)
+        lost = server.members.essential_death()
+        assert lost is not None and lost.member.pid == victim and lost.status == -signal.SIGKILL
+        text = server.members.describe_first()
+        assert text is not None
+        assert text.startswith(f"sglang::scheduler_TP1 (pid {victim}): killed by SIGKILL (exit code 137), noticed ")
+        _kill(server, "scheduler_TP0", signal.SIGKILL)
+        assert len(server.members.deaths) == 2
+        assert server.members.describe_first() == text, "the first death stays the first"
+    finally:
+        server.stop(grace=1)
+    assert server.members.describe_first() == text, "the teardown's kills are not news"
+
+
+def test_a_plain_member_is_named_by_its_command_line_and_exit_code(tmp_path: Path) -> None:
+    server = _tree(tmp_path)
+    try:
+        plain = _kill(server, "sleep 61", signal.SIGTERM)
+        assert server.members.essential_death() is None, "a process without a role is not the server's death"
+        text = server.members.describe_first() or ""
+        assert text.startswith(f"sleep 61 (pid {plain}): killed by SIGTERM (exit code 143)")
+    finally:
+        server.stop(grace=1)
+
+
+def test_the_main_process_dying_alone_adds_nothing_to_its_exit_code(tmp_path: Path) -> None:
+    server = ServerProcess([sys.executable, "-c", "import sys; sys.exit(3)"], env=dict(os.environ),
+                           log_path=tmp_path / "x.log", reap_on_parent_death=False)
+    deadline = time.monotonic() + 10
+    while server.poll() is None:
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    server.members.check(now=time.monotonic() + 1)
+    assert [d.status for d in server.members.deaths] == [3]
+    assert server.members.describe_first() is None
+    server.stop(grace=1)
+
+
+def _project(pytester: pytest.Pytester, toml: str, tests: str) -> None:
+    pytester.makefile(".toml", pyproject="[tool.pytest.ini_options]\n" + toml)
+    pytester.makepyfile(test_user=tests)
+
+
+KILL_A_RANK = """
+import os, signal, time, psutil
+def test_kill_a_rank(sglang_server):
+    rank = next(c for c in psutil.Process(sglang_server.pid).children(recursive=True)
+                if "scheduler_TP1" in c.cmdline())
+    print("RANK", rank.pid)
+    os.kill(rank.pid, signal.SIGKILL)
+    time.sleep(0.3)
+def test_after(sglang_server):
+    pass
+"""
+
+
+def test_a_rank_killed_mid_session_fails_the_next_test_naming_it(
+    pytester: pytest.Pytester, mark: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "400")
+    _project(pytester, profile_toml("p", mark, 'args = ["--tp", "2"]'), KILL_A_RANK)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-s", "-rf", "--sglang-profile=p",
+                                           "--sglang-sim", timeout=90)
+    result.assert_outcomes(passed=1, failed=1)
+    rank = next(line.split()[1] for line in result.stdout.lines if line.startswith("RANK"))
+    # The simulator's main process serves on with a dead rank, as SGLang's does when a scheduler is
+    # SIGKILLed (no SIGQUIT comes): the tree says what happened.
+    result.stdout.fnmatch_lines([f"FAILED test_user.py::test_after?p? - Failed: [[]sglang p[]] server died during the "
+                                 f"session: a process of its tree died: scheduler_TP1 (pid {rank}): killed by "
+                                 "SIGKILL (exit code 137), noticed *"])
+    assert not wait_for_no_processes(mark, timeout=15)
+
+
+def test_a_rank_killed_during_startup_is_the_cause_of_the_timeout(
+    pytester: pytest.Pytester, mark: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "400")
+    toml = profile_toml("p", mark, 'args = ["--tp", "2"]\nstartup_timeout = 6', sim="startup_seconds = 60")
+    _project(pytester, toml, "def test_ready(sglang_server):\n    pass\n")
+    proc = subprocess.Popen([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rE", "--sglang-profile=p",
+                             "--sglang-sim"], cwd=pytester.path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)
+    deadline = time.monotonic() + 30
+    rank = None
+    while rank is None:
+        assert time.monotonic() < deadline, "the ranks never started"
+        rank = next((p for p in marked_processes(mark) if "scheduler_TP1" in _cmdline(p)), None)
+        time.sleep(0.1)
+    time.sleep(0.5)  # seen by the tree's first rescans
+    rank.kill()
+    out, _ = proc.communicate(timeout=60)
+    assert f"not ready within its startup timeout of 6 s: scheduler_TP1 (pid {rank.pid}): killed by SIGKILL" in out, out
+    assert not wait_for_no_processes(mark, timeout=15)
+
+
+def _cmdline(proc: psutil.Process) -> str:
+    try:
+        return " ".join(proc.cmdline())
+    except psutil.Error:
+        return ""
