@@ -219,6 +219,9 @@ class SGLangPlugin:
                 report.longrepr = (f"[sglang {record.profile}] the server for this profile failed to start (the "
                                    f"first test that used it shows the whole diagnosis): {record.cause or ''}")
             self._failure_shown.add(record.profile)
+            from pytest_sglang.report import startup_failure_properties
+
+            item.user_properties.extend(startup_failure_properties(record.cause))  # junitxml reads them at teardown
         return report
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
@@ -244,13 +247,13 @@ class SGLangPlugin:
                 terminalreporter.write_line(f"note: {note}")
 
     def report(self) -> dict[str, object]:
-        from pytest_sglang.report import build_report
+        from pytest_sglang.report import build_report, summarize
 
         checker = self._checker
         report = build_report(self.ledger, machine=checker.machine(None) if checker else None,
                               commit=checker.commit if checker else None,
                               baseline_path=str(checker.store.path) if checker else None)
-        return self.run.merged(report)
+        return summarize(self.run.merged(report))  # sweeps and gates over every worker's benchmarks
 
     # pytest-xdist: the controller hands out the run folder, gathers the workers' ledgers, stops the servers.
 
@@ -317,6 +320,7 @@ class SGLangPlugin:
         except BenchmarkFailedError as exc:
             if exc.result is not None:
                 self.ledger.add_bench(server.profile, test_id, request.node.nodeid, exc.result)
+                request.node.user_properties.extend(junit_properties(exc.result))  # sglang_gate: not-judged
             server.check_alive(wait=5.0)  # requests that failed as the server died: report the death
             fail_with(exc)
         if result.connection_errors:
@@ -355,9 +359,9 @@ class SGLangPlugin:
         else:
             self.ledger.startup_checks.append(comp)
             self.ledger.notes.extend(f"{request.node.nodeid}: {n}" for n in comp.notes)
-        for check in comp.checks:
-            if check.baseline is not None:
-                request.node.user_properties.append((f"sglang_baseline_{check.metric}", check.baseline))
+        from pytest_sglang.report import check_properties
+
+        request.node.user_properties.extend(check_properties(comp))  # baselines, sglang_gate and its reason
         if comp.failed:
             pytest.fail(comp.failure_message(), pytrace=False)
         return comp

@@ -37,12 +37,14 @@ from pytest_sglang.bench.payloads import API_PATHS, Api, build_payload
 from pytest_sglang.bench.prompts import load_tokenizer, make_prompts
 from pytest_sglang.bench.runner import ServerLike, expected_throughput, run_bench
 from pytest_sglang.bench.stream import StreamResult
+from pytest_sglang.bench.sweep import BenchFixture, SloSearch, Sweep, knee_index, search_slo, sweep
 from pytest_sglang.errors import BenchmarkError, BenchmarkFailedError, ServerRequestError
 
 __all__ = [
     "API_PATHS",
     "ROUND_METRICS",
     "Api",
+    "BenchFixture",
     "BenchResult",
     "BenchmarkError",
     "BenchmarkFailedError",
@@ -50,17 +52,22 @@ __all__ = [
     "RequestRecord",
     "ServerLike",
     "ServerRequestError",
+    "SloSearch",
     "Spread",
     "StreamResult",
+    "Sweep",
     "build_payload",
     "combine_rounds",
     "compute_metrics",
     "expected_throughput",
     "failure_text",
+    "knee_index",
     "load_tokenizer",
     "make_prompts",
     "meets_slo",
     "percentile",
     "record_from_stream",
     "run_bench",
+    "search_slo",
+    "sweep",
 ]
