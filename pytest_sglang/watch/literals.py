@@ -81,7 +81,7 @@ class LiteralSet:
         (any choice is correct; rare ones keep the projection short and the probe selective; a probe of more
         characters is found faster, one of more common ones makes the projection longer: two measured best)."""
         self._scanned = 0
-        self._retune_at = min(_RETUNE_BYTES, 64 * max(len(sample), 256))
+        self._retune_at = _RETUNE_BYTES if len(sample) >= _SAMPLE_BYTES else 64 * max(len(sample), 256)
         counts = Counter(sample)
         keep = set(CONTROL_BYTES)
         for lit in self.encoded:
