@@ -117,6 +117,7 @@ class BenchResult:
     warmup: int = 0
     seed: int = 0
     prompt_kind: str = "token_ids"  # "token_ids", "tokenizer_text" or "approx_text"
+    prompt_vocab: str | None = None  # where the prompt ids' vocabulary came from (bench/vocab.py)
     profile: str | None = None
     started_at: str = ""
     # counts

@@ -35,7 +35,7 @@ from pytest_sglang.bench.metrics import (
     record_from_stream,
 )
 from pytest_sglang.bench.payloads import API_PATHS, Api, build_payload
-from pytest_sglang.bench.prompts import load_tokenizer, make_prompts
+from pytest_sglang.bench.prompts import prepare_prompts
 from pytest_sglang.bench.stream import ConnectionPool, StreamResult, stream_request
 from pytest_sglang.errors import BenchmarkError, BenchmarkFailedError
 
@@ -190,20 +190,9 @@ def run_bench(
         served_model = None
         if api != "generate":
             served_model = model or _served_model(client, handle)
-        tok = tokenizer
-        if tokenizer is None or isinstance(tokenizer, str):
-            tok = load_tokenizer(tokenizer or handle.model) if api == "chat" else None
-        if prompts is None:
-            all_prompts, prompt_kind = make_prompts(num_requests + warmup, input_len, seed=seed,
-                                                    want_ids=api != "chat", tokenizer=tok)
-        else:
-            if len(prompts) < num_requests:
-                raise BenchmarkError(f"{len(prompts)} prompts given for {num_requests} requests")
-            rng_w = random.Random(seed)
-            all_prompts = [p if isinstance(p, str) else list(p) for p in prompts[:num_requests]]
-            picks = [all_prompts[rng_w.randrange(len(all_prompts))] for _ in range(warmup)]
-            all_prompts = picks + all_prompts
-            prompt_kind = "given"
+        all_prompts, prompt_kind, vocab = prepare_prompts(
+            client, api=api, model=handle.model, served_model=served_model, count=num_requests, warmup=warmup,
+            input_len=input_len, seed=seed, tokenizer=tokenizer, prompts=prompts)
         bodies: list[dict[str, Any]] = []
         prompt_lens: list[int] = []
         for p in all_prompts:
@@ -225,6 +214,7 @@ def run_bench(
                 input_len=input_len, output_len=output_len, warmup=warmup, seed=seed, prompt_kind=prompt_kind,
                 profile=profile, started_at=started_at, slo=dict(slo_ms) if slo_ms else None,
             )
+            one.prompt_vocab = vocab.describe() if vocab is not None else None
             one.client_cpu_seconds = cpu
             one.client_busy = cpu / wall if wall > 0 else 0.0
             one.client_bound = one.client_busy >= CLIENT_BOUND_BUSY

@@ -10,6 +10,7 @@ from typing import Any
 
 KNOB_ENV = "PYTEST_SGLANG_SIM"
 FAULTS = ("traceback", "exit", "hang", "bad-flag")
+METRICS_FORMATS = ("sglang", "vllm")
 DEFAULT_MODEL = "sglang-sim/tiny-llama"
 
 
@@ -26,6 +27,10 @@ class Knobs:
     accept_length: float = 3.2  # tokens per verify step, only under speculative decoding
     spec_speedup: float = 1.0  # per-request pace multiplier under speculative decoding
     jitter: float = 0.0  # fraction: each benchmark round's pace (decode and TTFT) varies at random by up to this
+    output_variant: int = 0  # not 0: every output token from the 5th on differs from variant 0's (engine.py)
+    vocab_size: int = 32000  # token ids at or above it are answered 400 "out of vocabulary"; /tokenize keeps below
+    metrics_format: str = "sglang"  # /metrics in SGLang's names (with --enable-metrics) or "vllm" (always)
+    metrics_skew: int = 0  # /metrics counts this many generation tokens too many per request (a miscounting server)
 
     @property
     def fault_at(self) -> float:
@@ -78,6 +83,14 @@ def _validate(k: Knobs) -> None:
     num("jitter", False)
     if k.jitter >= 1:
         raise KnobError(f"{KNOB_ENV}: jitter must be a fraction below 1 (0.05: up to 5 %), got {k.jitter!r}")
+    for name, least in (("output_variant", None), ("vocab_size", 256), ("metrics_skew", 0)):
+        value = getattr(k, name)
+        if isinstance(value, bool) or not isinstance(value, int) or (least is not None and value < least):
+            raise KnobError(f"{KNOB_ENV}: {name} must be an integer{f' >= {least}' if least is not None else ''}, "
+                            f"got {value!r}")
+    if k.metrics_format not in METRICS_FORMATS:
+        raise KnobError(f"{KNOB_ENV}: metrics_format must be one of {', '.join(METRICS_FORMATS)}, "
+                        f"got {k.metrics_format!r}")
     if isinstance(k.max_batch, bool) or not isinstance(k.max_batch, int) or k.max_batch < 1:
         raise KnobError(f"{KNOB_ENV}: max_batch must be an integer >= 1, got {k.max_batch!r}")
     if k.fault is not None and k.fault not in FAULTS:
@@ -105,6 +118,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--api-key", dest="api_key", default=None)
     p.add_argument("--served-model-name", dest="served_model_name", default=None)
     p.add_argument("--context-length", dest="context_length", type=int, default=None)
+    p.add_argument("--enable-metrics", dest="enable_metrics", action="store_true")
     return p
 
 
@@ -121,6 +135,7 @@ class ServerArgs:
     served_model_name: str
     context_length: int
     ignored_args: list[str]
+    enable_metrics: bool = False
 
     @property
     def speculative(self) -> bool:
@@ -157,4 +172,5 @@ def parse_args(argv: list[str], knobs: Knobs) -> ServerArgs:
         served_model_name=ns.served_model_name or ns.model_path,
         context_length=ns.context_length or 32768,
         ignored_args=list(unknown),
+        enable_metrics=ns.enable_metrics,
     )

@@ -36,6 +36,7 @@ WORDS = (
     "world people state between both since later each years known through part"
 ).split()
 TOKEN_ID_BASE = 100
+VARIANT_FROM = 4  # output_variant changes the output from this token index on
 JITTER_IDLE_S = 0.05  # idle this long, and the next request starts a new busy period (a new paced round)
 
 
@@ -43,9 +44,11 @@ def prompt_seed(prompt: object) -> int:
     return zlib.crc32(repr(prompt).encode("utf-8", "replace"))
 
 
-def output_tokens(prompt: object, n: int) -> list[int]:
+def output_tokens(prompt: object, n: int, variant: int = 0) -> list[int]:
+    """The greedy output of ``prompt``; a ``variant`` other than 0 (the ``output_variant`` knob) shifts every
+    token from index VARIANT_FROM on, so two profiles' outputs agree on the first VARIANT_FROM tokens only."""
     seed = prompt_seed(prompt)
-    return [TOKEN_ID_BASE + (seed + 7 * i) % len(WORDS) for i in range(n)]
+    return [TOKEN_ID_BASE + (seed + 7 * i + (variant if i >= VARIANT_FROM else 0)) % len(WORDS) for i in range(n)]
 
 
 def detokenize(ids: list[int]) -> str:

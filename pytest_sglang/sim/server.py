@@ -34,6 +34,7 @@ from pytest_sglang.sim.engine import (
     sleep_until,
 )
 from pytest_sglang.sim.logfmt import Logger, rank_prefix
+from pytest_sglang.sim.metrics import Metrics, detokenize_any, tokenize
 
 VERSION = "0.0.0-sim"
 DEFAULT_MAX_TOKENS = 16
@@ -74,6 +75,7 @@ class SimServer:
             spec_speedup=knobs.spec_speedup,
         )
         self.engine = Engine(self.pacing, knobs.max_batch, jitter=knobs.jitter)
+        self.metrics = Metrics(fmt=knobs.metrics_format, model=args.served_model_name, skew=knobs.metrics_skew)
         self.ready = threading.Event()
         self.http_up = False
         self.children: list[subprocess.Popen[bytes]] = []
@@ -412,6 +414,27 @@ class Handler(BaseHTTPRequestHandler):
     def flush_cache(self, body: dict[str, Any]) -> None:
         self.send_text(200, FLUSH_BODY)
 
+    def metrics(self, body: dict[str, Any]) -> None:
+        """Prometheus text: SGLang's only under --enable-metrics (404 otherwise), vLLM's always."""
+        if self.sim.knobs.metrics_format == "sglang" and not self.sim.args.enable_metrics:
+            self.send_json(404, {"detail": "Not Found"})
+            return
+        self.send_text(200, self.sim.metrics.exposition())
+
+    def tokenize(self, body: dict[str, Any]) -> None:
+        """SGLang's and vLLM's shape: {"tokens", "count", "max_model_len"}."""
+        prompt = body.get("prompt")
+        if not isinstance(prompt, str):
+            raise BadRequest("prompt must be a string")
+        ids = tokenize(prompt, self.sim.knobs.vocab_size)
+        self.send_json(200, {"tokens": ids, "count": len(ids), "max_model_len": self.sim.args.context_length})
+
+    def detokenize(self, body: dict[str, Any]) -> None:
+        tokens = body.get("tokens")
+        if not isinstance(tokens, list) or not all(isinstance(t, int) for t in tokens):
+            raise BadRequest("tokens must be a list of integers")
+        self.send_json(200, {"text": detokenize_any(tokens)})
+
     def models(self, body: dict[str, Any]) -> None:
         a = self.sim.args
         self.send_json(200, {"object": "list", "data": [{
@@ -422,13 +445,32 @@ class Handler(BaseHTTPRequestHandler):
     def generate_one(self, prompt: object, n: int) -> tuple[list[int], float, int]:
         """Run one non-streamed request to its end: (output ids, e2e seconds, verify steps)."""
         start = time.monotonic()
-        tokens = output_tokens(prompt, n)
+        tokens = self.outputs(prompt, n)
         self.sim.prefill_line(count_prompt_tokens(prompt))
         steps = 0
+        times = []
         for ids, _last in self.sim.engine.stream(tokens):
             steps += 1
+            times.append(time.monotonic())
             self.sim.tokens_out += len(ids)
+        self.finished(prompt, len(tokens), steps, start, times)
         return tokens, time.monotonic() - start, steps
+
+    def outputs(self, prompt: object, n: int) -> list[int]:
+        """The greedy output; token ids the model lacks are answered 400, as vLLM answers them."""
+        if isinstance(prompt, list):
+            bad = [t for t in prompt if isinstance(t, int) and not 0 <= t < self.sim.knobs.vocab_size]
+            if bad:
+                raise BadRequest(f"Token id {bad[0]} is out of vocabulary")
+        return output_tokens(prompt, n, self.sim.knobs.output_variant)
+
+    def finished(self, prompt: object, n_out: int, steps: int, start: float, times: list[float]) -> None:
+        """Count a finished request in /metrics (times: when each chunk left)."""
+        self.sim.metrics.finished(
+            prompt_tokens=count_prompt_tokens(prompt), generation_tokens=n_out,
+            verify_steps=steps if self.sim.args.speculative else None,
+            ttft=times[0] - start if times else None, itls=[b - a for a, b in zip(times, times[1:], strict=False)],
+            e2e=time.monotonic() - start)
 
     def meta(self, rid: str, prompt: object, out: list[int], n: int, steps: int,
              e2e: float | None) -> dict[str, Any]:
@@ -462,6 +504,8 @@ class Handler(BaseHTTPRequestHandler):
             self.generate_stream(prompt, n)
         elif batch:
             assert isinstance(prompt, list)
+            for p in prompt:
+                self.outputs(p, 0)  # every prompt's ids checked before any runs
             results: list[Any] = [None] * len(prompt)
 
             def one(i: int, p: object) -> None:
@@ -484,17 +528,21 @@ class Handler(BaseHTTPRequestHandler):
     def generate_stream(self, prompt: object, n: int) -> None:
         rid = uuid.uuid4().hex
         start = time.monotonic()
-        tokens = output_tokens(prompt, n)
+        tokens = self.outputs(prompt, n)
         self.sim.prefill_line(count_prompt_tokens(prompt))
         self.send_head(200, "text/event-stream", None)
         out: list[int] = []
         steps = 0
+        times: list[float] = []
         gen = self.sim.engine.stream(tokens)
         try:
             for ids, last in gen:
                 out += ids
                 steps += 1
+                times.append(time.monotonic())
                 self.sim.tokens_out += len(ids)
+                if last:
+                    self.finished(prompt, len(out), steps, start, times)
                 self.sse({"text": detokenize(out), "output_ids": ids,
                           "meta_info": self.meta(rid, prompt, out, n, steps,
                                                  time.monotonic() - start if last else None)})
@@ -551,18 +599,25 @@ class Handler(BaseHTTPRequestHandler):
 
     def openai_stream(self, prompt: object, n: int, *, chat: bool, cid: str, created: int, model: str,
                       include_usage: bool) -> None:
-        tokens = output_tokens(prompt, n)
+        start = time.monotonic()
+        tokens = self.outputs(prompt, n)
         n_prompt = count_prompt_tokens(prompt)
         self.sim.prefill_line(n_prompt)
         self.send_head(200, "text/event-stream", None)
         obj = "chat.completion.chunk" if chat else "text_completion"
         first = True
         sent = 0
+        steps = 0
+        times: list[float] = []
         gen = self.sim.engine.stream(tokens)
         try:
             for ids, last in gen:
                 sent += len(ids)
+                steps += 1
+                times.append(time.monotonic())
                 self.sim.tokens_out += len(ids)
+                if last:
+                    self.finished(prompt, sent, steps, start, times)
                 text = detokenize(ids)
                 finish = "length" if last else None
                 if chat:
@@ -621,6 +676,11 @@ ROUTES: dict[tuple[str, str], Any] = {
     ("GET", "/flush_cache"): Handler.flush_cache,
     ("POST", "/flush_cache"): Handler.flush_cache,
     ("GET", "/v1/models"): Handler.models,
+    ("GET", "/metrics"): Handler.metrics,
+    ("POST", "/tokenize"): Handler.tokenize,
+    ("POST", "/v1/tokenize"): Handler.tokenize,
+    ("POST", "/detokenize"): Handler.detokenize,
+    ("POST", "/v1/detokenize"): Handler.detokenize,
     ("POST", "/generate"): Handler.generate,
     ("POST", "/v1/completions"): Handler.completions,
     ("POST", "/v1/chat/completions"): Handler.chat_completions,
