@@ -1,4 +1,4 @@
-"""The fixtures: ``sglang_server``, ``sglang_bench``, ``sglang_baseline``, ``sglang_results``, and their values.
+"""The fixtures: ``sglang_server``, ``sglang_bench``, ``sglang_outputs``, ``sglang_baseline``, ``sglang_results``.
 
 Registered through plugin.py (which imports them); each hands its work to the session's SGLangPlugin.
 """
@@ -6,7 +6,7 @@ Registered through plugin.py (which imports them); each hands its work to the se
 from __future__ import annotations
 
 import time
-from collections.abc import Generator
+from collections.abc import Callable, Generator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -20,6 +20,7 @@ RESULT_WAIT_SECONDS = 600.0  # how long a comparison waits for a result another 
 if TYPE_CHECKING:
     from pytest_sglang.baseline import Comparison
     from pytest_sglang.bench import BenchResult
+    from pytest_sglang.bench.outputs import Output, OutputComparison
     from pytest_sglang.bench.sweep import BenchFixture
     from pytest_sglang.server import ServerHandle, StartupRecord
 
@@ -57,6 +58,28 @@ class ResultsView:
             return self._ledger.compare(better, other, test, **margins)
         except (ResultNotFoundError, PluginError, AssertionError) as exc:
             fail_with(exc)
+
+    def compare_outputs(self, profile_a: str, profile_b: str, *, allow_differing: int = 0) -> OutputComparison:
+        """Fail unless the greedy outputs that ``sglang_outputs`` recorded under both profiles are equal; the
+        message names the first prompt and token position that differ, both texts shown around it.
+        ``allow_differing``: how many prompts may differ (servers known to differ in the last digits)."""
+        from pytest_sglang.bench.outputs import compare_outputs
+
+        for profile in (profile_a, profile_b):
+            self._skip_unless_ran(profile)
+        missing = [p for p in (profile_a, profile_b) if not self._ledger.outputs.get(p)]
+        if missing:
+            pytest.fail(f"no greedy outputs recorded under profile {missing[0]!r}: call sglang_outputs(prompts) in "
+                        "a test that runs under it (in this process: not across pytest-xdist workers)", pytrace=False)
+        try:
+            outcome = compare_outputs(self._ledger.outputs[profile_a], self._ledger.outputs[profile_b],
+                                      allow_differing=allow_differing)
+        except ValueError as exc:
+            fail_with(exc)
+        self._ledger.notes.append(outcome.message.splitlines()[0])
+        if outcome.failed:
+            pytest.fail(outcome.message, pytrace=False)
+        return outcome
 
     def _await_other_workers(self, profiles: list[str], test: str) -> None:
         """Under pytest-xdist another worker may still be measuring what this comparison needs: wait for it."""
@@ -139,6 +162,28 @@ def sglang_bench(request: pytest.FixtureRequest, sglang_server: ServerHandle) ->
         return plugin.run_bench(request, sglang_server, **kwargs)
 
     return BenchFixture(bench)
+
+
+@pytest.fixture
+def sglang_outputs(request: pytest.FixtureRequest, sglang_server: ServerHandle) -> Callable[..., list[Output]]:
+    """``sglang_outputs(prompts=None, max_tokens=32)``: the greedy outputs (temperature 0) of ``prompts`` (text
+    or token ids; default: a fixed set of 8, pytest_sglang.bench.outputs.DEFAULT_PROMPTS) from the profile's
+    server, recorded for the session: ``sglang_results.compare_outputs("baseline", "eagle3")`` in a test marked
+    ``sglang_compare`` compares two profiles'. Returns one Output (``text``, ``token_ids``) per prompt."""
+    from pytest_sglang.bench.client import Client
+    from pytest_sglang.bench.outputs import DEFAULT_PROMPTS, OutputSet, greedy_outputs
+
+    ledger = plugin_of(request.config).ledger
+
+    def outputs(prompts: Sequence[str | Sequence[int]] | None = None, max_tokens: int = 32) -> list[Output]:
+        with Client(sglang_server.base_url, api_key=sglang_server.api_key, timeout=600,
+                    model=sglang_server.model) as client:
+            got = greedy_outputs(client, sglang_server.kind, list(prompts or DEFAULT_PROMPTS),
+                                 max_tokens=max_tokens, model=client.model())
+        ledger.outputs.setdefault(sglang_server.profile, OutputSet(sglang_server.profile)).add(got)
+        return got
+
+    return outputs
 
 
 class BaselineFixture:

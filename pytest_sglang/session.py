@@ -15,6 +15,7 @@ from pytest_sglang.server.record import StartupRecord
 if TYPE_CHECKING:
     from pytest_sglang.baseline import Comparison
     from pytest_sglang.bench import BenchResult
+    from pytest_sglang.bench.outputs import OutputSet
 
 
 @dataclass
@@ -37,6 +38,7 @@ class SessionLedger:
         self.startup_checks: list[Comparison] = []  # checks of startup_seconds, which belong to no benchmark
         self.notes: list[str] = []
         self.kept: list[str] = []  # servers left running for --sglang-reuse, as "name: pid N on port P"
+        self.outputs: dict[str, OutputSet] = {}  # profile -> its greedy outputs (the sglang_outputs fixture)
         # Results other pytest-xdist workers measured (their result a mapping): found, never reported twice.
         self.from_other_workers: list[BenchEntry] = []
 
