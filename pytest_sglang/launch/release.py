@@ -28,7 +28,7 @@ from pytest_sglang.errors import PortInUseError, ResourcesHeldWarning
 from pytest_sglang.launch.gpus import gpu_processes
 from pytest_sglang.launch.members import TreeMembers, pid_alive
 from pytest_sglang.launch.ports import listeners, port_is_open
-from pytest_sglang.launch.process import OWNER_ENV, owned_processes
+from pytest_sglang.launch.process import OWNER_ENV, kill_tree, owned_processes
 
 RELEASE_TIMEOUT_SECONDS = 120.0
 RELEASE_TIMEOUT_ENV = "PYTEST_SGLANG_RELEASE_TIMEOUT"
@@ -68,6 +68,18 @@ def stop_and_release(process: _Tree, *, grace: float, profile: str, host: str, p
     process.stop(grace=grace)
     started = time.monotonic()
     held = wait_released(pids, host=host, port=port, names=names, on_status=on_status)
+    if held:
+        warnings.warn(ResourcesHeldWarning(held_message(profile, held, time.monotonic() - started)), stacklevel=2)
+    return held
+
+
+def kill_and_release(pid: int, token: str, *, grace: float, profile: str, host: str, port: int | None) -> list[str]:
+    """:func:`stop_and_release` for a tree this process did not start (kept by --sglang-reuse, shared by xdist
+    workers): found by its root pid and owner token."""
+    pids = tree_pids(pid, token)
+    kill_tree(pid, token, grace)
+    started = time.monotonic()
+    held = wait_released(pids, host=host, port=port)
     if held:
         warnings.warn(ResourcesHeldWarning(held_message(profile, held, time.monotonic() - started)), stacklevel=2)
     return held

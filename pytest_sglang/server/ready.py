@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 import requests
 
 from pytest_sglang.errors import Diagnosis, ServerStartupError
-from pytest_sglang.launch.members import died_first
+from pytest_sglang.launch.members import died_first, essential_death
 from pytest_sglang.launch.process import ProcessTree
 from pytest_sglang.server.record import StartupRecord
 from pytest_sglang.watch import LogWatcher
@@ -121,47 +121,77 @@ def wait_for(wait: Wait, *, on_status: StatusCallback, on_record: RecordCallback
 
 def _until_ready(wait: Wait, on_status: StatusCallback) -> float:
     """Seconds from the start to ready. Ready: the ready line was logged (where one is awaited), then the
-    probe answered 200 (where there is one). Failure: the process exited; a traceback or fatal marker
-    appeared while it is alive and no readiness followed within the settle time; or the timeout passed."""
-    process, watcher, probe = wait.process, wait.watcher, wait.probe
-    started, name = wait.started_at, wait.template.profile
-    last_probe = -PROBE_EVERY_SECONDS
-    last_status, last_label = started, None
+    probe answered 200 (where there is one). Failure: see :class:`_Verdicts`."""
+    verdicts = _Verdicts(wait)
+    last_status, last_label = wait.started_at, None
     while True:
         now = time.monotonic()
-        if watcher is not None:
-            watcher.poll(now)
+        if wait.watcher is not None:
+            wait.watcher.poll(now)
+        error = verdicts.failure(now)
+        if error is not None:
+            raise error
+        seconds = verdicts.ready(now)
+        if seconds is not None:
+            return seconds
+        watcher = wait.watcher
+        if watcher is not None and (watcher.phase_label != last_label or now - last_status >= STATUS_EVERY_SECONDS):
+            on_status(f"[sglang {wait.template.profile}] {now - wait.started_at:.0f} s  {watcher.status(now)}")
+            last_status, last_label = now, watcher.phase_label
+        time.sleep(POLL_SECONDS)
+
+
+class _Verdicts:
+    """What one poll of a startup concludes: failed (and how), ready, or neither yet.
+
+    Failure: the process exited; a traceback or fatal marker appeared while it is alive and no readiness
+    followed within the settle time; a process of its tree that the server needs (a scheduler) died; its log
+    showed nothing new for stall_timeout; or the startup timeout passed."""
+
+    def __init__(self, wait: Wait) -> None:
+        self.wait = wait
+        self.last_probe = -PROBE_EVERY_SECONDS
+        self.member_died_at: float | None = None
+
+    def failure(self, now: float) -> ServerStartupError | None:
+        wait, process, watcher = self.wait, self.wait.process, self.wait.watcher
         code = process.poll() if process is not None else None
         if code is not None:
             if watcher is not None:
                 watcher.poll(time.monotonic(), final=True)
-            raise _failure(wait, "server exited during startup", code)
+            return _failure(wait, "server exited during startup", code)
         failing_since = watcher.failing_since if watcher is not None else None
         if watcher is not None and failing_since is not None and now - failing_since >= _settle_seconds(watcher):
-            raise _failure(wait, "server crashed during startup (its process was still alive; the tree has "
-                                 "been killed)", None)
-        line_seen = not wait.wait_for_line or (watcher is not None and watcher.ready_at is not None)
-        if line_seen and failing_since is None:
-            if probe is None:
-                ready_at = watcher.ready_at if watcher is not None else None
-                return (ready_at if ready_at is not None else now) - started
-            # After the ready line, ask at once and on every poll: the probe is the last step.
-            if wait.wait_for_line or now - last_probe >= PROBE_EVERY_SECONDS:
-                last_probe = now
-                if probe.ok():
-                    return time.monotonic() - started
-        if now - started > wait.timeout:
-            raise _timeout(wait)
+            return _failure(wait, "server crashed during startup (its process was still alive; the tree has been "
+                                  "killed)", None)
+        if process is not None and self.member_died_at is None and essential_death(process) is not None:
+            self.member_died_at = now
+        if self.member_died_at is not None and now - self.member_died_at >= CRASH_SETTLE_SECONDS:
+            return _failure(wait, "a process of the server's tree died during startup (the tree has been killed)",
+                            None)
+        if now - wait.started_at > wait.timeout:
+            return _timeout(wait)
         if watcher is not None and wait.stall_timeout is not None:
-            quiet = now - (watcher.last_line_at or started)
+            quiet = now - (watcher.last_line_at or wait.started_at)
             if quiet >= wait.stall_timeout:
-                raise _stalled(wait, quiet)
-        if watcher is not None:
-            label = watcher.phase_label
-            if label != last_label or now - last_status >= STATUS_EVERY_SECONDS:
-                on_status(f"[sglang {name}] {now - started:.0f} s  {watcher.status(now)}")
-                last_status, last_label = now, label
-        time.sleep(POLL_SECONDS)
+                return _stalled(wait, quiet)
+        return None
+
+    def ready(self, now: float) -> float | None:
+        wait, watcher, probe = self.wait, self.wait.watcher, self.wait.probe
+        if watcher is not None and watcher.failing_since is not None:
+            return None  # a crash is playing out: never call it ready
+        ready_at = watcher.ready_at if watcher is not None else None
+        if wait.wait_for_line and ready_at is None:
+            return None
+        if probe is None:
+            return (ready_at if ready_at is not None else now) - wait.started_at
+        # After the ready line, ask at once and on every poll: the probe is the last step.
+        if wait.wait_for_line or now - self.last_probe >= PROBE_EVERY_SECONDS:
+            self.last_probe = now
+            if probe.ok():
+                return time.monotonic() - wait.started_at
+        return None
 
 
 def _settle_seconds(watcher: LogWatcher) -> float:

@@ -8,7 +8,6 @@ is as long as a temp dir. Each state file holds the plan's fingerprint (a digest
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
@@ -21,7 +20,7 @@ import psutil
 from pytest_sglang.errors import ServerStartupError
 from pytest_sglang.launch.logdir import state_dir
 from pytest_sglang.launch.plan import LaunchPlan, base_url
-from pytest_sglang.launch.process import kill_tree
+from pytest_sglang.launch.release import kill_and_release
 from pytest_sglang.server.handle import KeptLiveness, LaunchedLiveness, ServerHandle
 from pytest_sglang.server.origins import launch_server
 from pytest_sglang.server.ready import Probe, RecordCallback, StatusCallback, Wait, ignore, wait_for
@@ -122,7 +121,7 @@ class KeptServers:
         os.replace(tmp, path)
 
     def _stop(self, kept: KeptServer) -> None:
-        with contextlib.suppress(Exception):
-            kill_tree(kept.pid, kept.token, grace=10.0)
+        kill_and_release(kept.pid, kept.token, grace=10.0, profile=kept.record.profile, host=kept.record.host,
+                         port=kept.record.port)
         self._path(kept.record.profile).unlink(missing_ok=True)
 

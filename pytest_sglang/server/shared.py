@@ -31,8 +31,7 @@ from filelock import FileLock
 
 from pytest_sglang.errors import Diagnosis, PluginError, ServerDiedError
 from pytest_sglang.launch.plan import LaunchPlan, base_url
-from pytest_sglang.launch.ports import wait_port_free
-from pytest_sglang.launch.process import kill_tree
+from pytest_sglang.launch.release import kill_and_release
 from pytest_sglang.server.handle import LaunchedLiveness, ServerHandle
 from pytest_sglang.server.origins import launch_server
 from pytest_sglang.server.ready import Probe, RecordCallback, StatusCallback
@@ -199,9 +198,8 @@ class SharedServers:
         return [s for s in self._states() if s.profile != profile and s.status == "ready"]
 
     def _stop(self, state: SharedState) -> None:
-        with contextlib.suppress(Exception):
-            kill_tree(state.pid, state.token, grace=state.shutdown_grace)
-            wait_port_free(state.record.host, state.record.port)
+        kill_and_release(state.pid, state.token, grace=state.shutdown_grace, profile=state.profile,
+                         host=state.record.host, port=state.record.port)
         self._path(state.profile).unlink(missing_ok=True)
 
     @contextlib.contextmanager
