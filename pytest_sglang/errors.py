@@ -6,7 +6,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 _SECRETS: set[str] = set()
 SECRET_NAME = re.compile(r"TOKEN|API_KEY|SECRET|PASSWORD", re.IGNORECASE)
@@ -203,3 +203,41 @@ class ServerStartupError(ServerError):
 
 class ServerDiedError(ServerError):
     """A server that was ready has died during the session."""
+
+
+class RemoteError(PluginError):
+    """An ssh profile's host could not be used: ssh refused (key, host key, address), its python is missing,
+    or the connection was lost. The message names the host and what to do."""
+
+
+class _NamesRemoteLog(ServerError):
+    """A server failure on an ssh host: the local copy of the log is the "Full log", the host's own is named."""
+
+    def __init__(self, headline: str, *, remote_log: str, **facts: Any) -> None:
+        self.remote_log = remote_log  # "user@host:/tmp/pytest-sglang-0/p-....log"
+        super().__init__(headline, **facts)
+
+    def render(self) -> str:
+        text = super().render()
+        if not self.remote_log:
+            return text
+        line = f"Full log: {self.log_path}"
+        return text.replace(line, f"{line} (streamed from {self.remote_log})", 1) if line in text else (
+            f"{text}\nRemote log: {self.remote_log}")
+
+    @classmethod
+    def naming(cls: type[_Named], error: ServerError, remote_log: str) -> _Named:
+        """``error`` again, naming the remote log."""
+        return cls(error.headline, remote_log=remote_log, profile=error.profile, log_path=error.log_path,
+                   diagnosis=error.diagnosis, elapsed=error.elapsed, hints=error.hints, command=error.command)
+
+
+_Named = TypeVar("_Named", bound=_NamesRemoteLog)
+
+
+class RemoteStartupError(_NamesRemoteLog, ServerStartupError):
+    """A server on an ssh host did not become ready (or its connection was lost during the startup)."""
+
+
+class RemoteDiedError(_NamesRemoteLog, ServerDiedError):
+    """A server on an ssh host died, or its connection was lost, during the session."""

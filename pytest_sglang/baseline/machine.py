@@ -48,8 +48,12 @@ def _gpus() -> tuple[list[str], str | None]:
                              capture_output=True, text=True, timeout=20, check=False).stdout
     except (OSError, subprocess.SubprocessError):
         return [], None
+    return parse_gpus(out, os.environ.get("CUDA_VISIBLE_DEVICES"))
+
+
+def parse_gpus(out: str, visible: str | None) -> tuple[list[str], str | None]:
+    """GPU names and drivers from nvidia-smi's ``index,name,driver_version`` CSV, those CUDA_VISIBLE_DEVICES shows."""
     rows = [[c.strip() for c in line.split(",")] for line in out.splitlines() if line.count(",") >= 2]
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if visible is not None and re.fullmatch(r"\s*\d+(\s*,\s*\d+)*\s*", visible):
         wanted = {v.strip() for v in visible.split(",")}
         rows = [r for r in rows if r[0] in wanted]
@@ -72,11 +76,17 @@ def detect_machine(server: str | None = None) -> Machine:
     """GPU model, count and driver from nvidia-smi where present, else the CPU model and core count.
     ``PYTEST_SGLANG_MACHINE`` replaces the detected name (the driver is still detected)."""
     names, driver = _gpus()
+    return name_machine(names, driver, cpu=_cpu_model() if not names else "", cores=os.cpu_count() or 1,
+                        server=server)
+
+
+def name_machine(names: list[str], driver: str | None, *, cpu: str, cores: int, server: str | None) -> Machine:
+    """The fingerprint of a machine with these GPUs (else this CPU), here or on an ssh host."""
     if names:
         counts = Counter(names)
         name = " + ".join(f"{n}x {model}" for model, n in sorted(counts.items()))
     else:
-        name = f"cpu: {_cpu_model()} ({os.cpu_count() or 1} cores)"
+        name = f"cpu: {cpu} ({cores} cores)"
     override = os.environ.get(MACHINE_ENV, "").strip()
     return Machine(name=override or name, driver=driver, server=server)
 

@@ -11,18 +11,21 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import psutil
 
 from pytest_sglang.errors import Diagnosis, ServerDiedError
 from pytest_sglang.launch.members import died_first, essential_death
 from pytest_sglang.launch.plan import auth_headers, base_url
-from pytest_sglang.launch.process import ServerProcess
+from pytest_sglang.launch.process import ProcessTree
 from pytest_sglang.launch.release import stop_and_release
 from pytest_sglang.server.ready import Probe
 from pytest_sglang.server.record import StartupRecord
 from pytest_sglang.watch import LogWatcher
+
+if TYPE_CHECKING:
+    from pytest_sglang.baseline.machine import Machine
 
 DYING_WAIT_SECONDS = 10.0  # after a crash is logged mid-session, how long a still-answering server may take to die
 FAILURE_GRACE_SECONDS = 0.5  # a server that failed gets little politeness: the error must not wait
@@ -42,6 +45,13 @@ class Liveness(Protocol):
 
     def close(self) -> None:
         """Release the server at the end of the session (stop it, or leave it to its owner)."""
+
+
+@runtime_checkable
+class Elsewhere(Protocol):
+    """A liveness whose server runs on another machine (an ssh host): that machine's baseline fingerprint."""
+
+    def machine(self, server: str | None) -> Machine: ...
 
 
 @dataclass(eq=False)
@@ -109,13 +119,17 @@ class ServerHandle:
     def close(self) -> None:
         self.liveness.close()
 
+    def machine(self, server: str | None) -> Machine | None:
+        """The fingerprint of the machine the server runs on where that is not this one; None: this one."""
+        return self.liveness.machine(server) if isinstance(self.liveness, Elsewhere) else None
+
 
 @dataclass(eq=False)
 class LaunchedLiveness:
     """A server this run started: its process, its log watcher, and its health probe once a crash is logged."""
 
     profile: str
-    process: ServerProcess
+    process: ProcessTree  # here, or on an ssh host (server/remote.py)
     watcher: LogWatcher
     health: Probe | None
     log_path: Path

@@ -1,0 +1,80 @@
+"""The remote origin's parts that need no sshd: the profile keys, the endpoint choice, what ssh's refusals
+mean, and the agent's log stream following a replaced file (the agent run by this python, as a host runs it)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from pytest_sglang.config.profiles import load_profiles
+from pytest_sglang.errors import ProfileError
+from pytest_sglang.launch.plan import plan_launch
+from pytest_sglang.launch.remote import BOOTSTRAP, agent_input, plan_remote
+from pytest_sglang.launch.ssh_errors import explain
+
+
+def _profile(tmp_path: Path, body: str, name: str = "p"):  # type: ignore[no-untyped-def]
+    (tmp_path / "pyproject.toml").write_text(f'[tool.pytest_sglang.profiles.{name}]\nmodel = "/m"\n{body}\n')
+    return load_profiles(tmp_path, None).profiles[name]
+
+
+def test_ssh_keys_are_checked_and_a_dash_is_never_a_destination(tmp_path: Path) -> None:
+    profile = _profile(tmp_path, 'ssh = "root@gpu-box"\nssh_options = ["-p", 2222]\nremote_log_dir = "/data/logs"')
+    assert (profile.ssh, profile.ssh_options, profile.remote_log_dir) == ("root@gpu-box", ("-p", "2222"), "/data/logs")
+    with pytest.raises(ProfileError, match=r"key 'ssh': '-oProxyCommand=touch x' is not an ssh destination"):
+        _profile(tmp_path, 'ssh = "-oProxyCommand=touch x"')
+    with pytest.raises(ProfileError, match=r"key 'ssh_options': must be a list of extra ssh client arguments"):
+        _profile(tmp_path, 'ssh = "h"\nssh_options = "-v"')
+
+
+def test_loopback_is_forwarded_and_other_addresses_are_reached_directly(tmp_path: Path) -> None:
+    forwarded = plan_remote(plan_launch(_profile(tmp_path, 'ssh = "h"\npython = "/opt/py"'), sim=False,
+                                        log_dir=tmp_path))
+    assert forwarded.plan.argv[0] == "/opt/py" and forwarded.plan.argv[-2:] == ["--port", str(forwarded.plan.port)]
+    assert forwarded.forward == f"127.0.0.1:{forwarded.reach_port}:127.0.0.1:{forwarded.plan.port}"
+    assert forwarded.base_url == f"http://127.0.0.1:{forwarded.reach_port}" != forwarded.plan.base_url
+    direct = plan_remote(plan_launch(_profile(tmp_path, 'ssh = "h"\nhost = "10.1.2.3"\nport = 30000'), sim=False,
+                                     log_dir=tmp_path))
+    assert (direct.forward, direct.base_url, direct.python) == (None, "http://10.1.2.3:30000", "python3")
+
+
+@pytest.mark.parametrize(("code", "stderr", "expected"), [
+    (255, "@@@ WARNING: REMOTE HOST IDENTIFICATION HAS CHANGED! @@@\nHost key verification failed.",
+     "the host key of h has CHANGED"),
+    (255, "ssh: Could not resolve hostname gpu-bx: Name or service not known", "the name h does not resolve"),
+    (255, "ssh: connect to host 10.0.0.9 port 22: Connection refused", "cannot reach h"),
+    (255, "bind [127.0.0.1]:5000: Address already in use\nCould not request local forwarding.",
+     "ssh could not open the local end of the port forward"),
+    (127, "sh: 1: exec: python3: not found", "the remote python python3 was not found on h"),
+    (1, "  File \"<string>\", line 1\nSyntaxError: invalid syntax", "the pytest-sglang agent on h exited with code 1"),
+])
+def test_each_ssh_refusal_has_its_own_message(code: int, stderr: str, expected: str) -> None:
+    what, hint = explain("h", "python3", None, code, stderr.splitlines())
+    assert what.startswith(expected), what
+    assert hint
+
+
+def test_the_stream_follows_a_replaced_log_and_ends_once_the_agent_is_gone(tmp_path: Path) -> None:
+    log = tmp_path / "server.log"
+    log.write_bytes(b"first\n")
+    agent = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    stream = subprocess.Popen([sys.executable, "-c", BOOTSTRAP, "pytest-sglang", "stream"], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE)
+    assert stream.stdin is not None and stream.stdout is not None
+    stream.stdin.write(agent_input({"log": str(log), "supervisor": agent.pid}))
+    stream.stdin.flush()
+    time.sleep(0.5)
+    rotated = tmp_path / "server.log.new"
+    rotated.write_bytes(b"second\n")
+    rotated.replace(log)  # a new file under the old name: read from its byte 0
+    time.sleep(0.5)
+    with log.open("ab") as fh:
+        fh.write(b"third, just before the agent exits\n")
+    agent.kill()
+    agent.wait()
+    out, _ = stream.communicate(timeout=10)
+    assert out == b"first\nsecond\nthird, just before the agent exits\n"
