@@ -50,6 +50,7 @@ ROUND_METRICS: tuple[str, ...] = (
     *(f"{stat}_{key}_ms" for key in ("ttft", "itl", "tpot", "e2e_latency")
       for stat in ("mean", "median", "std", "p90", "p99")),
     "max_itl_ms", "accept_length", "goodput", "slo_attainment", "client_busy",
+    "server_median_ttft_ms", "server_median_itl_ms", "server_accept_length",
 )
 # Counters that add up over rounds (a failure in any round shows in the headline).
 _SUMMED = ("failed", "connection_errors", "chunk_count_mismatches", "server_token_counts_missing")
@@ -154,8 +155,19 @@ class BenchResult:
     std_e2e_latency_ms: float = 0.0
     p90_e2e_latency_ms: float = 0.0
     p99_e2e_latency_ms: float = 0.0
-    # speculative decoding
+    # speculative decoding: accept_length from the measured requests' verify counts ("requests"), else the
+    # server's /metrics counters over the rounds ("server_metrics"), else /server_info ("server_info": stale)
     accept_length: float | None = None
+    accept_length_source: str | None = None
+    # the server's own account of the run (its /metrics scraped around each round; bench/server_metrics.py):
+    # None where the server has no metrics
+    server_metrics: str | None = None  # "sglang" or "vllm": whose metric names were read
+    server_generation_tokens: int | None = None
+    server_prompt_tokens: int | None = None
+    server_median_ttft_ms: float | None = None  # from its histogram (interpolated inside a bucket)
+    server_median_itl_ms: float | None = None
+    server_accept_length: float | None = None
+    server_disagreement: str | None = None  # why its token counts differ from the responses' (fails the run)
     # goodput under SLOs (vllm bench serve --goodput): None unless run with slo={...}
     slo: dict[str, float] | None = None  # {"ttft_ms": 200, "tpot_ms": 50, "e2el_ms": ...}, any subset
     goodput: float | None = None  # completed requests meeting every limit, per second of duration
@@ -400,7 +412,8 @@ def combine_rounds(rounds: Sequence[BenchResult]) -> BenchResult:
         setattr(head, metric, statistics.median(values))
     by_throughput = sorted(rounds, key=lambda r: r.output_throughput)
     middle = by_throughput[(len(rounds) - 1) // 2]  # the median round (the lower one of an even count)
-    for count in ("completed", "total_input_tokens", "total_output_tokens"):
+    for count in ("completed", "total_input_tokens", "total_output_tokens", "server_generation_tokens",
+                  "server_prompt_tokens"):
         setattr(head, count, getattr(middle, count))
     for counter in _SUMMED:
         setattr(head, counter, sum(getattr(r, counter) for r in rounds))

@@ -36,6 +36,7 @@ from pytest_sglang.bench.metrics import (
 )
 from pytest_sglang.bench.payloads import API_PATHS, Api, build_payload
 from pytest_sglang.bench.prompts import prepare_prompts
+from pytest_sglang.bench.server_metrics import RoundWitness
 from pytest_sglang.bench.stream import ConnectionPool, StreamResult, stream_request
 from pytest_sglang.errors import BenchmarkError, BenchmarkFailedError
 
@@ -102,14 +103,19 @@ async def _drive(
     warmup_bodies: Sequence[dict[str, Any]] = (),
     rounds: int = 1,
     seed: int = 0,
+    between: Callable[[list[StreamResult] | None], None] | None = None,
 ) -> tuple[list[StreamResult], list[tuple[list[StreamResult], float, float]]]:
-    """Warmup once, then ``rounds`` rounds: (warmup results, [(measured results, client CPU s, wall s)])."""
+    """Warmup once, then ``rounds`` rounds: (warmup results, [(measured results, client CPU s, wall s)]).
+    ``between`` is called after the warmup (with None) and after each round (with its results), outside the
+    rounds' clocks: the server's metrics are scraped there (server_metrics.RoundWitness)."""
     pool = ConnectionPool(base_url, api_key=api_key)
     done: list[tuple[list[StreamResult], float, float]] = []
     try:
         warm = [await stream_one(pool, api, b, timeout) for b in warmup_bodies[:1]]
         if len(warmup_bodies) > 1:
             warm += await asyncio.gather(*(stream_one(pool, api, b, timeout) for b in warmup_bodies[1:]))
+        if between is not None:
+            between(None)
         sem = asyncio.Semaphore(concurrency) if concurrency else None
 
         async def one(body: dict[str, Any]) -> StreamResult:
@@ -130,6 +136,8 @@ async def _drive(
                 tasks.append(asyncio.ensure_future(one(body)))
             measured = list(await asyncio.gather(*tasks))
             done.append((measured, time.thread_time() - cpu0, time.perf_counter() - wall0))
+            if between is not None:
+                between(measured)
     finally:
         await pool.close()
     return warm, done
@@ -162,6 +170,7 @@ def run_bench(
     profile: str | None = None,
     rounds: int = 1,
     slo: Mapping[str, float] | None = None,
+    server_metrics: bool = True,
 ) -> BenchResult:
     """Benchmark ``server`` (a server handle, or a base URL) with streamed requests; see the package doc.
 
@@ -169,7 +178,9 @@ def run_bench(
     requests/s (inf: all at once, bounded by ``concurrency``). ``warmup`` requests run first and are left
     out. ``rounds``: how many times the measured workload runs on the server (the figures are the rounds'
     medians; ``result.rounds`` has each). ``slo``: per-request limits in ms (``ttft_ms``, ``tpot_ms``,
-    ``e2el_ms``) for ``goodput``. ``tokenizer``: a tokenizer object or a name for
+    ``e2el_ms``) for ``goodput``. ``server_metrics``: scrape the server's ``/metrics`` around each round and
+    fail the run where its token counts differ from the responses' (bench/server_metrics.py; False for a
+    server that others load at the same time). ``tokenizer``: a tokenizer object or a name for
     ``transformers.AutoTokenizer`` (default: the server's model, when transformers is installed and has it
     locally); used only for text prompts.
     Bad arguments raise BenchmarkError; failed requests raise BenchmarkFailedError with the result.
@@ -190,6 +201,9 @@ def run_bench(
         served_model = None
         if api != "generate":
             served_model = model or _served_model(client, handle)
+        spec_info = _speculative(client, handle)
+        if spec_info and api != "generate":  # SGLang's per-request verify counts on its OpenAI APIs
+            extra_body = {"return_spec_tokens_details": True, **(extra_body or {})}
         all_prompts, prompt_kind, vocab = prepare_prompts(
             client, api=api, model=handle.model, served_model=served_model, count=num_requests, warmup=warmup,
             input_len=input_len, seed=seed, tokenizer=tokenizer, prompts=prompts)
@@ -202,10 +216,11 @@ def run_bench(
             prompt_lens.append(len(p) if not isinstance(p, str) else input_len)
         started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
         rng = random.Random(seed + 1)
+        wit = RoundWitness(client, enabled=server_metrics)
         warm, done = _run_coroutine(lambda: _drive(
             handle.base_url, handle.api_key, api, bodies[warmup:], concurrency=concurrency,
             request_rate=request_rate, rng=rng, timeout=timeout, warmup_bodies=bodies[:warmup], rounds=rounds,
-            seed=seed))
+            seed=seed, between=wit.mark))
         per_round = []
         for measured, cpu, wall in done:
             one = compute_metrics(
@@ -215,16 +230,19 @@ def run_bench(
                 profile=profile, started_at=started_at, slo=dict(slo_ms) if slo_ms else None,
             )
             one.prompt_vocab = vocab.describe() if vocab is not None else None
+            one.accept_length_source = "requests" if one.accept_length is not None else None
             one.client_cpu_seconds = cpu
             one.client_busy = cpu / wall if wall > 0 else 0.0
             one.client_bound = one.client_busy >= CLIENT_BOUND_BUSY
             per_round.append(one)
-        if handle.kind != "vllm":
-            server_accept = client.accept_length()
-            if server_accept is not None:
-                for one in per_round:
-                    one.accept_length = server_accept
+        disagreements = wit.apply(per_round)
+        if spec_info and any(one.accept_length is None for one in per_round):
+            server_accept = client.accept_length()  # the last resort: updated only every decode-log interval
+            for one in per_round:
+                if one.accept_length is None and server_accept is not None:
+                    one.accept_length, one.accept_length_source = server_accept, "server_info"
         result = combine_rounds(per_round)
+        result.server_disagreement = disagreements[0] if disagreements else None
         result.connection_errors += sum(1 for s in warm if s.connection_error)
         warm_failures = [s for s in warm if not s.ok]
         if warm_failures and not allow_failures:
@@ -239,9 +257,22 @@ def run_bench(
                 f"(output_throughput of the {result.completed} completed would be "
                 f"{result.output_throughput:.1f} tok/s; pass allow_failures=True to get the result anyway)",
                 result)
+        if disagreements:
+            raise BenchmarkFailedError(
+                f"benchmark against {handle.base_url}{API_PATHS[api]}: the server's own count disagrees: "
+                f"{'; '.join(disagreements)} (pass server_metrics=False where other clients load the server)",
+                result)
         return result
     finally:
         client.close()
+
+
+def _speculative(client: Client, handle: ServerLike) -> bool:
+    """Whether an SGLang server runs speculative decoding (its /server_info's speculative_algorithm)."""
+    if handle.kind == "vllm":
+        return False
+    info = client.server_info()
+    return bool(info and info.get("speculative_algorithm"))
 
 
 def _served_model(client: Client, handle: ServerLike) -> str | None:

@@ -94,6 +94,11 @@ class _EventParser:
             if piece:
                 self.r.chunk_times.append(now)
                 self.r.text += piece
+        spec = (data.get("sglext") or {}).get("spec_tokens_details") if isinstance(data.get("sglext"), dict) else None
+        if isinstance(spec, list):
+            spec = spec[0] if spec else None
+        if isinstance(spec, dict) and spec.get("spec_verify_ct"):  # SGLang's return_spec_tokens_details
+            self.r.spec_verify_ct = int(spec["spec_verify_ct"])
         usage = data.get("usage")
         if isinstance(usage, dict):
             if usage.get("completion_tokens") is not None:

@@ -578,7 +578,8 @@ class Handler(BaseHTTPRequestHandler):
             if len(prompts) != 1:
                 raise BadRequest("the simulator streams single prompts only")
             self.openai_stream(prompts[0], n, chat=chat, cid=cid, created=created, model=model,
-                               include_usage=bool((body.get("stream_options") or {}).get("include_usage")))
+                               include_usage=bool((body.get("stream_options") or {}).get("include_usage")),
+                               spec_details=bool(body.get("return_spec_tokens_details")))
         else:
             choices = []
             total_out = 0
@@ -598,7 +599,7 @@ class Handler(BaseHTTPRequestHandler):
         self.sim.request_done(self.is_warmup)
 
     def openai_stream(self, prompt: object, n: int, *, chat: bool, cid: str, created: int, model: str,
-                      include_usage: bool) -> None:
+                      include_usage: bool, spec_details: bool = False) -> None:
         start = time.monotonic()
         tokens = self.outputs(prompt, n)
         n_prompt = count_prompt_tokens(prompt)
@@ -633,6 +634,10 @@ class Handler(BaseHTTPRequestHandler):
                 first = False
                 self.sse({"id": cid, "object": obj, "created": created, "model": model, "choices": [choice],
                           "usage": None})
+            if spec_details and self.sim.args.speculative:  # SGLang's sglext chunk, at response level
+                self.sse({"id": cid, "object": obj, "created": created, "model": model, "choices": [],
+                          "sglext": {"spec_tokens_details": {"spec_verify_ct": steps,
+                                                             "spec_accept_length": sent / steps if steps else 0.0}}})
             if include_usage:
                 self.sse({"id": cid, "object": obj, "created": created, "model": model, "choices": [],
                           "usage": _usage(n_prompt, sent)})
