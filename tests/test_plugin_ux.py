@@ -95,6 +95,6 @@ def test_a_server_that_is_not_installed_says_what_to_do(pytester: pytest.Pyteste
     pytester.makepyfile(test_user="def test_plain(sglang_server):\n    pass\n")
     result = run(pytester, "--sglang-profile=p")
     result.assert_outcomes(errors=1)
-    result.stdout.fnmatch_lines(["*server exited during startup*", "*No module named 'sglang'*",
+    result.stdout.fnmatch_lines(["*server exited during startup: ModuleNotFoundError: No module named 'sglang'*",
                                  f"*Try: {sys.executable} has no sglang installed: install sglang for it, point the "
                                  "profile's `python` at an interpreter that has it, or pass --sglang-sim*"])

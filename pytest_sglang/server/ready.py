@@ -94,7 +94,7 @@ class Wait:
         if watcher is not None:
             updates["last_phase"] = watcher.phase_label
             if self.template.origin == "launched":
-                updates["phases"] = {k: v for k, v in watcher.phases.items() if k != "ready"}
+                updates["phases"] = dict(watcher.phases)
         updates.update(facts)
         return replace(self.template, **updates)  # type: ignore[arg-type]
 

@@ -41,6 +41,7 @@ from .shapes import (
     FRAME,
     GROUP_BAR,
     LITERALS,
+    NO_MODULE,
     REPEATED,
     TB_HEADER,
     TQDM,
@@ -300,6 +301,10 @@ class RootCauseExtractor:
         m = ARGPARSE.match(stripped) or CLICK_USAGE.match(stripped)
         if m and not body[:1].isspace():
             self._add_cause(stripped, key, _TIER_ARGPARSE)
+            return True
+        m = NO_MODULE.match(stripped)
+        if m:  # the interpreter could not even start the server: the exit follows at once
+            self._add_cause(m.group("exc") or f"ModuleNotFoundError: {m.group('bare')}", key, _TIER_ORPHAN)
             return True
         return False
 

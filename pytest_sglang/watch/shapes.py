@@ -37,6 +37,11 @@ _NOT_EXC = frozenset({"None", "True", "False", "Note", "Example", "Usage", "Hint
 
 ARGPARSE = re.compile(r"^(?P<prog>[\w.\-/]+(?: [\w.\-]+){0,3}): error: (?P<msg>\S.*)$")
 ARGPARSE_LITERALS = (": error: ",)
+# `python -m pkg.mod` without the package: "/venv/bin/python: Error while finding module specification for
+# 'sglang.launch_server' (ModuleNotFoundError: No module named 'sglang')", or "python3: No module named vllm".
+NO_MODULE = re.compile(r"^(?:\S*/)?python[\w.]*: (?:Error while finding module specification for .*\((?P<exc>"
+                       r"ModuleNotFoundError: .*)\)|(?P<bare>No module named \S+))$")
+NO_MODULE_LITERALS = ("No module named",)
 # click/typer (transformers serve, sglang's newer CLIs): a usage error is "Error: <one of click's messages>".
 CLICK_USAGE = re.compile(
     r"^Error: (?:No such (?:option|command)|Missing (?:argument|option|parameter)|Invalid value|"
@@ -58,7 +63,7 @@ TQDM = re.compile(r"\d+%\|| Completed \| \d+/\d+|\d+(?:\.\d+)?(?:it|s)/s\]")
 # Every shape the extractor acts on while nothing is open (see RootCauseExtractor.idle).
 LITERALS = (
     *TB_HEADER_LITERALS, *FRAME_LITERALS, *CHAIN_LITERALS, *STRONG_LITERALS, *ARGPARSE_LITERALS,
-    *CLICK_USAGE_LITERALS, *EXCEPTION_IGNORED_LITERALS,
+    *CLICK_USAGE_LITERALS, *EXCEPTION_IGNORED_LITERALS, *NO_MODULE_LITERALS,
 )
 
 _NUMBERS = re.compile(r"0x[0-9a-fA-F]+|\d+")

@@ -18,6 +18,7 @@ import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 __all__ = ["LogTail", "clean_line"]
 
@@ -74,6 +75,7 @@ class LogTail:
         self._carry_cap = 4 * self.max_line_chars + 4
         self._pending_cr = False  # the last block ended with "\r": a "\n" that follows belongs to it
         self.bytes_read = 0  # total bytes ever read from the file (for "never re-reads" checks)
+        self._file: BinaryIO | None = None  # the log as last opened: read on from it if its path is deleted
 
     @property
     def position(self) -> int:
@@ -134,12 +136,31 @@ class LogTail:
         self._carry = b""
         self._pending_cr = False
 
-    def _read(self, limit: int | None, *, skip_excess: bool) -> Iterator[bytes]:
+    def close(self) -> None:
+        """Let go of the file kept open (see `_open`)."""
+        if getattr(self, "_file", None) is not None:
+            self._file.close()  # type: ignore[union-attr]
+            self._file = None
+
+    __del__ = close
+
+    def _open(self) -> BinaryIO | None:
+        """The file at `path` now; once it was deleted (a cleanup job, the log folder removed), the one last
+        opened: the server still writes to it, so it is read on, not taken as a log gone silent."""
         try:
-            f = open(self.path, "rb")  # noqa: SIM115 - closed below
+            f = open(self.path, "rb")  # noqa: SIM115 - kept in self._file, closed by close()
         except OSError:
+            return self._file
+        if self._file is not None:
+            self._file.close()
+        self._file = f
+        return f
+
+    def _read(self, limit: int | None, *, skip_excess: bool) -> Iterator[bytes]:
+        f = self._open()
+        if f is None:
             return
-        with f:
+        if True:
             try:
                 st = os.fstat(f.fileno())
             except OSError:

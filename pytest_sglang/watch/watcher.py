@@ -270,8 +270,7 @@ class LogWatcher:
         if rules is not None and not rules.holds_any(line):
             return
         if self._ready_re is not None and self.ready_at is None and self._ready_re.search(line):
-            self.ready_at = now
-            self.phases.setdefault("ready", now - self.started_at)
+            self.ready_at = now  # phases["ready"] is the readiness loop's to write: the line is not the last step
             self.phase_label = "ready"
             self._rules, self._every = self._literal_sets()
         if self._pending_rules:

@@ -34,7 +34,7 @@ def test_phases_progress_status_and_ready() -> None:
     assert w.ready_at == T0 + 52.5
     assert w.phases == {
         "init_distributed": 1.0, "load_weights": 2.0, "kv_cache": 40.0, "cuda_graph": 40.0,
-        "http_up": 50.0, "warmup": 51.0, "ready": 52.5,
+        "http_up": 50.0, "warmup": 51.0,  # "ready" is the readiness loop's, not the watcher's
     }
     assert w.failing_since is None
     assert w.status(T0 + 60) == "ready"
