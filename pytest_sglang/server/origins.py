@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 from pytest_sglang.errors import Diagnosis, ProfileError, register_arg_secrets, register_env_secrets, register_secret
 from pytest_sglang.launch.plan import LaunchPlan, auth_headers
 from pytest_sglang.launch.ports import check_port_free
-from pytest_sglang.launch.process import ServerProcess
+from pytest_sglang.launch.process import ProcessTree, ServerProcess
 from pytest_sglang.launch.release import stop_and_release, wait_for_dying_holder
 from pytest_sglang.server.handle import FAILURE_GRACE_SECONDS, AttachedLiveness, LaunchedLiveness, ServerHandle
 from pytest_sglang.server.ready import Probe, RecordCallback, StatusCallback, Wait, ignore, wait_for
@@ -48,20 +48,8 @@ def launch_server(plan: LaunchPlan, *, on_status: StatusCallback = ignore, on_re
     template = StartupRecord(profile=profile.name, kind=plan.kind.name, origin="launched", outcome="ready",
                              host=plan.host, port=plan.port, model=profile.model, log_path=plan.log_path,
                              pid=process.pid)
-    probe_paths = plan.ready_probe_paths if plan.ready_pattern is not None else (plan.health_path,)
-    probe_paths = tuple(p for p in probe_paths if p)
-    wait = Wait(
-        template=template, timeout=plan.startup_timeout, started_at=process.started_at,
-        stall_timeout=plan.stall_timeout,
-        probe=Probe(plan.base_url, probe_paths, plan.headers) if probe_paths else None,
-        process=process, watcher=watcher, wait_for_line=plan.ready_pattern is not None, command=plan.argv,
-        failure_hints=lambda code, diagnosis: _failure_hints(plan, code, diagnosis),
-        timeout_hints=lambda: [
-            "raise startup_timeout in the profile or pass --sglang-startup-timeout=SECONDS",
-            "look at the last phase and log lines above: a hang there (NCCL init, a download) "
-            "will not end by waiting longer",
-        ],
-    )
+    wait = startup_wait(plan, template=template, process=process, watcher=watcher, base_url=plan.base_url,
+                        command=plan.argv, look_at="the last phase and log lines above")
     try:
         record = wait_for(wait, on_status=on_status, on_record=on_record)
     except BaseException:  # a failed startup, Ctrl-C during a 10-minute one, pytest-timeout cutting it
@@ -73,6 +61,24 @@ def launch_server(plan: LaunchPlan, *, on_status: StatusCallback = ignore, on_re
                                 log_path=plan.log_path, host=plan.host, port=plan.port,
                                 shutdown_grace=profile.shutdown_grace, keep=keep, on_status=say)
     return ServerHandle(record, liveness, api_key=profile.api_key)
+
+
+def startup_wait(plan: LaunchPlan, *, template: StartupRecord, process: ProcessTree, watcher: LogWatcher,
+                 base_url: str, command: list[str], look_at: str) -> Wait:
+    """What a launched server's startup waits on, wherever its process runs (here, or on an ssh host)."""
+    paths = plan.ready_probe_paths if plan.ready_pattern is not None else (plan.health_path,)
+    probe_paths = tuple(p for p in paths if p)
+    return Wait(
+        template=template, timeout=plan.startup_timeout, started_at=process.started_at,
+        stall_timeout=plan.stall_timeout,
+        probe=Probe(base_url, probe_paths, plan.headers) if probe_paths else None,
+        process=process, watcher=watcher, wait_for_line=plan.ready_pattern is not None, command=command,
+        failure_hints=lambda code, diagnosis: failure_hints(plan, code, diagnosis),
+        timeout_hints=lambda: [
+            "raise startup_timeout in the profile or pass --sglang-startup-timeout=SECONDS",
+            f"look at {look_at}: a hang there (NCCL init, a download) will not end by waiting longer",
+        ],
+    )
 
 
 def attach_server(url: str, *, profile: str, kind: str = "sglang", health_path: str | None = "/health",
@@ -102,7 +108,7 @@ def attach_server(url: str, *, profile: str, kind: str = "sglang", health_path: 
     return ServerHandle(record, AttachedLiveness(profile, probe if health_path else None), api_key=api_key)
 
 
-def _failure_hints(plan: LaunchPlan, code: int | None, diagnosis: Diagnosis) -> list[str]:
+def failure_hints(plan: LaunchPlan, code: int | None, diagnosis: Diagnosis) -> list[str]:
     hints = []
     module = SERVER_MODULES.get(plan.kind.name)
     said = [*diagnosis.root_causes, *diagnosis.last_lines]

@@ -26,8 +26,8 @@ from pytest_sglang.errors import (
 from pytest_sglang.launch.plan import LaunchPlan
 from pytest_sglang.launch.remote import HEARTBEAT_TIMEOUT, HEARTBEAT_TIMEOUT_ENV, RemoteServer, plan_remote, run_agent
 from pytest_sglang.server.handle import FAILURE_GRACE_SECONDS, LaunchedLiveness, ServerHandle
-from pytest_sglang.server.origins import _failure_hints
-from pytest_sglang.server.ready import Probe, RecordCallback, StatusCallback, Wait, ignore, wait_for
+from pytest_sglang.server.origins import startup_wait
+from pytest_sglang.server.ready import Probe, RecordCallback, StatusCallback, ignore, wait_for
 from pytest_sglang.server.record import StartupRecord
 from pytest_sglang.watch import LogTail, LogWatcher
 
@@ -69,19 +69,9 @@ def launch_remote_server(plan: LaunchPlan, *, on_status: StatusCallback = ignore
             hints=[LOST_HINT.format(timeout=remote.heartbeat_timeout, host=remote.host)])
 
     remote.on_lost = lost_during_startup
-    probe_paths = tuple(p for p in (plan.ready_probe_paths if plan.ready_pattern is not None else
-                                    (plan.health_path,)) if p)
-    wait = Wait(
-        template=template, timeout=plan.startup_timeout, started_at=remote.started_at,
-        stall_timeout=plan.stall_timeout,
-        probe=Probe(rplan.base_url, probe_paths, plan.headers) if probe_paths else None,
-        process=remote, watcher=watcher, wait_for_line=plan.ready_pattern is not None, command=command,
-        failure_hints=lambda code, diagnosis: _failure_hints(plan, code, diagnosis),
-        timeout_hints=lambda: [
-            "raise startup_timeout in the profile or pass --sglang-startup-timeout=SECONDS",
-            f"the whole log is in the local copy; on the host: ssh {remote.host} tail -f {remote.remote_log}",
-        ],
-    )
+    wait = startup_wait(plan, template=template, process=remote, watcher=watcher, base_url=rplan.base_url,
+                        command=command,
+                        look_at=f"the log (on the host: ssh {remote.host} tail -f {remote.remote_log})")
     try:
         record = wait_for(wait, on_status=on_status, on_record=on_record)
     except ServerError as exc:

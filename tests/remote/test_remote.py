@@ -137,7 +137,7 @@ def test_faults_over_ssh_each_with_its_root_cause_and_both_logs(
                                  "*exit code 2 is the server?s command-line parser rejecting a flag*"])
     result.stdout.fnmatch_lines(["*[[]sglang f-hang[]] server was not ready within its startup timeout of 3 s*",
                                  "*Last * log lines:*", "Full log: *f-hang.log (streamed from sshd-test:*)",
-                                 "*Try: the whole log is in the local copy; on the host: ssh sshd-test tail -f *"])
+                                 "*Try: look at the log (on the host: ssh sshd-test tail -f *"])
     nothing_left(sshd, mark)
 
 
