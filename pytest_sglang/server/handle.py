@@ -181,18 +181,8 @@ class LaunchedLiveness:
         )
 
 
-@dataclass(eq=False)
-class AttachedLiveness:
-    """A server someone else runs (--sglang-url): alive while its health path answers; never stopped."""
-
-    profile: str
-    health: Probe | None
-
-    def death(self) -> ServerDiedError | None:
-        if self.health is None or self.health.ok(timeout=5.0):
-            return None
-        return ServerDiedError(f"server at {self.health.url} no longer answers 200 ({self.health.last})",
-                               profile=self.profile, log_path=None, diagnosis=Diagnosis())
+class Unwatched:
+    """A server whose log this run does not read and whose life is not this run's to end."""
 
     def logged_crash(self) -> bool:
         return False
@@ -205,7 +195,21 @@ class AttachedLiveness:
 
 
 @dataclass(eq=False)
-class KeptLiveness:
+class AttachedLiveness(Unwatched):
+    """A server someone else runs (--sglang-url): alive while its health path answers; never stopped."""
+
+    profile: str
+    health: Probe | None
+
+    def death(self) -> ServerDiedError | None:
+        if self.health is None or self.health.ok(timeout=5.0):
+            return None
+        return ServerDiedError(f"server at {self.health.url} no longer answers 200 ({self.health.last})",
+                               profile=self.profile, log_path=None, diagnosis=Diagnosis())
+
+
+@dataclass(eq=False)
+class KeptLiveness(Unwatched):
     """A server kept from an earlier run (--sglang-reuse): alive while its pid is. /health is not asked per
     test: SGLang's costs about a second a call. Left running at the end, for the next run."""
 
@@ -221,13 +225,4 @@ class KeptLiveness:
             diagnosis=Diagnosis(),
             hints=["run again: --sglang-reuse launches a fresh server when the kept one is gone"],
         )
-
-    def logged_crash(self) -> bool:
-        return False
-
-    def survived(self) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
 
