@@ -3,18 +3,50 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import socket
 import time
+from pathlib import Path
 
 import psutil
+from filelock import FileLock
 
 from pytest_sglang.errors import PortInUseError
+from pytest_sglang.launch.logdir import private_dir, state_dir
+
+RECENT_PICK_SECONDS = 120.0  # a port handed out this recently is not handed out again, by any pytest here
 
 
 def free_port(host: str) -> int:
+    """A free port no other pytest-sglang process on this machine was given in the last RECENT_PICK_SECONDS.
+
+    Choosing a free port and releasing it before the server binds it races (vllm#43206): two xdist workers,
+    or two profiles, can be handed the same one. Picks go through one file lock and a list of recent picks."""
+    folder = private_dir(state_dir(), ours=True)
+    with FileLock(str(folder / "ports.lock")):
+        recent = _recent_picks(folder / "ports.json")
+        for _ in range(50):
+            port = _bind_free(host)
+            if port not in recent:
+                break
+        recent[port] = time.time()
+        (folder / "ports.json").write_text(json.dumps({str(k): v for k, v in recent.items()}), encoding="utf-8")
+    return port
+
+
+def _bind_free(host: str) -> int:
     with socket.socket(_family(host), socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
         return int(sock.getsockname()[1])
+
+
+def _recent_picks(path: Path) -> dict[int, float]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    now = time.time()
+    return {int(k): float(v) for k, v in data.items() if now - float(v) < RECENT_PICK_SECONDS}
 
 
 def port_is_open(host: str, port: int, timeout: float = 0.5) -> bool:
