@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import html
 import json
+import math
 import os
 from collections.abc import Iterable, Sequence
 from datetime import datetime, timezone
@@ -382,13 +383,22 @@ def _bars(report: dict[str, Any]) -> str:
     return "".join(svg)
 
 
+def _nice_step(top: float, ticks: int = 5) -> float:
+    """A round tick step (1, 2 or 5 times a power of ten) that covers ``top`` in about ``ticks`` steps."""
+    raw = max(top, 1e-9) / ticks
+    power = 10 ** math.floor(math.log10(raw))
+    return next(m * power for m in (1, 2, 5, 10) if m * power >= raw)
+
+
 def sweep_svg(test: str, curves: Sequence[tuple[str, dict[str, Any]]]) -> str:
     """Throughput against latency for one swept test, one line per profile, each point labelled with its load
     and the knee ringed."""
-    width, height, left, right, top, bottom = 720, 420, 70, 150, 40, 50
+    width, height, left, right, top, bottom = 760, 440, 70, 130, 50, 50
     pts = [p for _, c in curves for p in c["points"]]
-    xs, ys = [p[CURVE_X] for p in pts], [p[CURVE_Y] for p in pts]
-    x_hi, y_hi = max(xs + [1.0]) * 1.08, max(ys + [1.0]) * 1.1
+    x_step = _nice_step(max([p[CURVE_X] for p in pts] + [1.0]))
+    y_step = _nice_step(max([p[CURVE_Y] for p in pts] + [1.0]))
+    x_hi = x_step * math.ceil(max([p[CURVE_X] for p in pts] + [1.0]) * 1.05 / x_step)
+    y_hi = y_step * math.ceil(max([p[CURVE_Y] for p in pts] + [1.0]) * 1.08 / y_step)
 
     def px(x: float) -> float:
         return left + x / x_hi * (width - left - right)
@@ -396,37 +406,44 @@ def sweep_svg(test: str, curves: Sequence[tuple[str, dict[str, Any]]]) -> str:
     def py(y: float) -> float:
         return height - bottom - y / y_hi * (height - top - bottom)
 
+    mid_y = (top + height - bottom) / 2
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif" '
            f'font-size="12" role="img" aria-label="throughput against latency: {html.escape(test)}">',
-           f'<text x="{left}" y="22" font-weight="bold">{html.escape(test)}: output tok/s against median e2e '
-           'latency; ringed: the knee</text>',
+           f'<text x="{left}" y="20" font-weight="bold" font-size="14">{html.escape(test)}</text>',
+           f'<text x="{left}" y="38" fill="#555">output tok/s against median e2e latency, one line per profile; '
+           'ringed: the knee</text>',
            f'<line x1="{left}" y1="{height - bottom}" x2="{width - right}" y2="{height - bottom}" stroke="#333"/>',
            f'<line x1="{left}" y1="{top}" x2="{left}" y2="{height - bottom}" stroke="#333"/>',
            f'<text x="{(left + width - right) / 2}" y="{height - 12}" text-anchor="middle">median e2e latency '
            '(ms)</text>',
-           f'<text x="16" y="{(top + height - bottom) / 2}" transform="rotate(-90 16 {(top + height - bottom) / 2})"'
-           ' text-anchor="middle">output tok/s</text>']
-    for k in range(5):
-        xv, yv = x_hi * k / 4, y_hi * k / 4
-        out.append(f'<text x="{px(xv):.1f}" y="{height - bottom + 16}" text-anchor="middle">{xv:.0f}</text>')
-        out.append(f'<text x="{left - 6}" y="{py(yv) + 4:.1f}" text-anchor="end">{yv:.0f}</text>')
+           f'<text x="16" y="{mid_y}" transform="rotate(-90 16 {mid_y})" text-anchor="middle">output tok/s</text>']
+    for k in range(int(round(x_hi / x_step)) + 1):
+        xv = k * x_step
+        out.append(f'<text x="{px(xv):.1f}" y="{height - bottom + 16}" text-anchor="middle">{xv:g}</text>')
+    for k in range(int(round(y_hi / y_step)) + 1):
+        yv = k * y_step
+        out.append(f'<line x1="{left}" x2="{width - right}" y1="{py(yv):.1f}" y2="{py(yv):.1f}" stroke="#eee"/>')
+        out.append(f'<text x="{left - 6}" y="{py(yv) + 4:.1f}" text-anchor="end">{yv:g}</text>')
     for i, (profile, curve) in enumerate(curves):
         color = _COLORS[i % len(_COLORS)]
         line = " ".join(f"{px(p[CURVE_X]):.1f},{py(p[CURVE_Y]):.1f}" for p in curve["points"])
         out.append(f'<polyline points="{line}" fill="none" stroke="{color}" stroke-width="2"/>')
         short = {"concurrency": "c", "request_rate": "rate"}.get(curve["param"], curve["param"])
-        for p in curve["points"]:
+        for j, p in enumerate(curve["points"]):
             x, y = px(p[CURVE_X]), py(p[CURVE_Y])
             tip = (f"{profile} {curve['param']}={p['value']:g}: {p[CURVE_Y]:.1f} tok/s, {p[CURVE_X]:.0f} ms"
                    + (f", goodput {p['goodput']:.2f} req/s" if p.get("goodput") is not None else ""))
             out.append(f'<circle cx="{x:.1f}" cy="{y:.1f}" r="4" fill="{color}"><title>{html.escape(tip)}'
                        '</title></circle>')
-            out.append(f'<text x="{x + 6:.1f}" y="{y - 6:.1f}" fill="{color}">{short}={p["value"]:g}</text>')
+            # alternate right-above and left-below, so close points stay legible
+            lx, ly, anchor = (x + 7, y - 6, "start") if j % 2 == 0 else (x - 7, y + 12, "end")
+            out.append(f'<text x="{lx:.1f}" y="{ly:.1f}" fill="{color}" text-anchor="{anchor}">{short}='
+                       f'{p["value"]:g}</text>')
             if curve["knee"] == p["value"]:
                 out.append(f'<circle cx="{x:.1f}" cy="{y:.1f}" r="10" fill="none" stroke="#d62728" '
                            f'stroke-width="2"><title>knee: {curve["param"]}={p["value"]:g}</title></circle>')
-                out.append(f'<text x="{x + 6:.1f}" y="{y + 18:.1f}" fill="#d62728">knee</text>')
-        ly = top + 16 * i + 10
+                out.append(f'<text x="{x:.1f}" y="{y - 15:.1f}" fill="#d62728" text-anchor="middle">knee</text>')
+        ly = top + 18 * i + 10
         out.append(f'<rect x="{width - right + 14}" y="{ly - 9}" width="12" height="12" fill="{color}"/>')
         out.append(f'<text x="{width - right + 32}" y="{ly + 1}">{html.escape(profile)}</text>')
     out.append("</svg>")
