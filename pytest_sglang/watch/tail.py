@@ -51,7 +51,8 @@ class LogTail:
     """Incrementally reads a growing log file: only new bytes each call, never re-reads, bounded memory.
 
     A call reads at most ``max_read_bytes`` in ``chunk_size`` pieces; the rest is left for the next call. If
-    the file shrinks or is replaced, reading starts again from its beginning.
+    the file shrinks or is replaced, reading starts again from its beginning; if it is deleted, reading goes on
+    from the file last opened (the server still writes to it).
     """
 
     def __init__(
@@ -138,9 +139,10 @@ class LogTail:
 
     def close(self) -> None:
         """Let go of the file kept open (see `_open`)."""
-        if getattr(self, "_file", None) is not None:
-            self._file.close()  # type: ignore[union-attr]
+        f = getattr(self, "_file", None)  # None too in __del__ of an instance whose __init__ failed
+        if f is not None:
             self._file = None
+            f.close()
 
     __del__ = close
 
@@ -160,40 +162,39 @@ class LogTail:
         f = self._open()
         if f is None:
             return
-        if True:
-            try:
-                st = os.fstat(f.fileno())
-            except OSError:
-                return
-            identity = (st.st_dev, st.st_ino)
-            if (self._identity is not None and identity != self._identity and st.st_ino) or (
-                st.st_size < self._pos
-            ):
-                self._restart()
-            self._identity = identity
-            remaining = st.st_size - self._pos
-            if remaining <= 0:
-                return
-            if skip_excess and remaining > self._max_read_bytes:
-                skipped = remaining - self._max_read_bytes
-                head = self._carry + b"\n" if self._carry else b""
-                self._carry = b""
-                self._pending_cr = False
-                yield head + f"[pytest-sglang: {skipped} bytes of log skipped]\n".encode()
-                self._pos += skipped
-                remaining = self._max_read_bytes
-            to_read = remaining if limit is None else min(remaining, limit)
-            f.seek(self._pos)
-            while to_read > 0:
-                data = f.read(min(self._chunk_size, to_read))
-                if not data:
-                    break
-                self._pos += len(data)
-                self.bytes_read += len(data)
-                to_read -= len(data)
-                block = self._whole_lines(data)
-                if block:
-                    yield block
+        try:
+            st = os.fstat(f.fileno())
+        except OSError:
+            return
+        identity = (st.st_dev, st.st_ino)
+        if (self._identity is not None and identity != self._identity and st.st_ino) or (
+            st.st_size < self._pos
+        ):
+            self._restart()
+        self._identity = identity
+        remaining = st.st_size - self._pos
+        if remaining <= 0:
+            return
+        if skip_excess and remaining > self._max_read_bytes:
+            skipped = remaining - self._max_read_bytes
+            head = self._carry + b"\n" if self._carry else b""
+            self._carry = b""
+            self._pending_cr = False
+            yield head + f"[pytest-sglang: {skipped} bytes of log skipped]\n".encode()
+            self._pos += skipped
+            remaining = self._max_read_bytes
+        to_read = remaining if limit is None else min(remaining, limit)
+        f.seek(self._pos)
+        while to_read > 0:
+            data = f.read(min(self._chunk_size, to_read))
+            if not data:
+                break
+            self._pos += len(data)
+            self.bytes_read += len(data)
+            to_read -= len(data)
+            block = self._whole_lines(data)
+            if block:
+                yield block
 
     def _whole_lines(self, data: bytes) -> bytes:
         """The carried line and `data` up to its last line break; the rest becomes the carried line."""
