@@ -82,10 +82,10 @@ def _toml(value: object) -> str:
 
 
 def profile_toml(name: str, kind: str, *, python: str, model: Path, mark: str, extra_args: Sequence[str] = (),
-                 startup_timeout: float = STARTUP_TIMEOUT) -> str:
+                 startup_timeout: float = STARTUP_TIMEOUT, stub_dir: Path = STUB_DIR) -> str:
     env = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TEST_MARK": mark, "PYTHONPATH": ""}
     if kind == "sglang":
-        env.update(SGLANG_USE_CPU_ENGINE="1", PYTHONPATH=str(STUB_DIR))
+        env.update(SGLANG_USE_CPU_ENGINE="1", PYTHONPATH=str(stub_dir))
     else:
         env.update(VLLM_CPU_KVCACHE_SPACE="1")
     table = {

@@ -110,6 +110,11 @@ def test_native_generate_meta_info(sglang_server):
     assert "cached_tokens" in meta, meta
 
 
+def test_greedy_outputs_with_token_ids(sglang_outputs):
+    (out,) = sglang_outputs([PROMPT], max_tokens=8)
+    assert out.token_ids is not None and len(out.token_ids) == 8 and out.text, out
+
+
 def test_startup_duration_and_phases(sglang_server, sglang_baseline):
     s = sglang_server
     assert s.startup_seconds > 0
@@ -120,10 +125,14 @@ def test_startup_duration_and_phases(sglang_server, sglang_baseline):
     sglang_baseline.check(s, startup_seconds="300%")
 
 
-def test_bench_figures(sglang_bench, sglang_baseline):
+def test_bench_figures(sglang_server, sglang_bench, sglang_baseline):
     r = sglang_bench(**BENCH)
     n, out_len = BENCH["num_requests"], BENCH["output_len"]
     assert (r.completed, r.failed) == (n, 0)
+    # A 384-token vocabulary: ids from the model's config.json, never one it lacks (issue 9 point 1).
+    assert r.prompt_kind == "token_ids" and "vocab_size 384 from" in (r.prompt_vocab or ""), r.prompt_vocab
+    if sglang_server.kind == "vllm":  # vLLM always serves /metrics: its own token count is a second witness
+        assert r.server_generation_tokens == r.total_output_tokens, r.to_dict()
     assert r.total_output_tokens == n * out_len  # the server's own counts, exactly
     assert r.total_input_tokens == n * BENCH["input_len"]
     assert r.duration > 0 and r.output_throughput > 0
@@ -156,7 +165,7 @@ def _stop_reused(project: InnerProject) -> None:
 
 def _happy(kind: str, tmp_path_factory: pytest.TempPathFactory, tiny_models: TinyModels) -> Iterator[HappyRun]:
     python = server_python(kind)
-    model = tiny_models.get("ok", python)
+    model = tiny_models.get("small_vocab", python)  # 384 ids: the old [1000, 30000) draw would break both servers
     mark = uuid.uuid4().hex
     project = InnerProject(tmp_path_factory.mktemp(f"{kind}-happy"), mark)
     project.write("profiles.toml", profile_toml(kind, kind, python=python, model=model, mark=mark))
@@ -197,6 +206,7 @@ def test_inner_session_passes_on_the_real_server(happy: HappyRun) -> None:
         "test_greedy_output_is_repeatable": "passed",
         "test_streamed_chat_completion": "passed",
         "test_native_generate_meta_info": "passed" if happy.kind == "sglang" else "skipped",
+        "test_greedy_outputs_with_token_ids": "passed",
         "test_startup_duration_and_phases": "passed",
         "test_bench_figures": "passed",
     }, a.explain()

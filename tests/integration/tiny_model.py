@@ -11,6 +11,10 @@ Variants, each a real fault of the real server:
   corrupt       the ok model with a garbage safetensors header:
                 "SafetensorError: Error while deserializing header".
   unknown_arch  the ok model whose config names NoSuchArchForCausalLM: SGLang cannot find a model class.
+  small_vocab   the ok model with a vocabulary of SMALL_VOCAB (384) tokens: an id drawn from [1000, 30000)
+                crashes real SGLang's scheduler (IndexError in the embedding) and real vLLM answers 400
+                ("Token id ... is out of vocabulary"). Only printable tokens can win the greedy argmax, so
+                its outputs decode to text, token by token.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ import json
 import sys
 from pathlib import Path
 
-VARIANTS = ("ok", "head_dim16", "corrupt", "unknown_arch")
+VARIANTS = ("ok", "head_dim16", "corrupt", "unknown_arch", "small_vocab")
 UNKNOWN_ARCH = "NoSuchArchForCausalLM"
 
 CHAT_TEMPLATE = (
@@ -30,6 +34,7 @@ CHAT_TEMPLATE = (
 )
 
 VOCAB_SIZE = 32000  # like Llama's: benchmark clients draw random prompt ids from ranges such as [1000, 30000)
+SMALL_VOCAB = 384  # the small_vocab variant: 3 specials, 256 bytes, 125 merges
 
 
 def _bpe_vocab(size: int) -> tuple[dict[str, int], list[tuple[str, str]]]:
@@ -93,7 +98,7 @@ def make_model(out: Path, variant: str = "ok", seed: int = 0) -> Path:
     from transformers import LlamaConfig, LlamaForCausalLM
 
     out.mkdir(parents=True, exist_ok=True)
-    tokenizer = make_tokenizer(out)
+    tokenizer = make_tokenizer(out, SMALL_VOCAB if variant == "small_vocab" else VOCAB_SIZE)
     if variant == "head_dim16":
         dims = {"hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 1}
     else:
@@ -116,6 +121,13 @@ def make_model(out: Path, variant: str = "ok", seed: int = 0) -> Path:
         # the other specials never come out, so completions run to max_tokens and counts are exact.
         for special in tokenizer.all_special_ids:
             model.lm_head.weight[special].zero_()
+        if variant == "small_vocab":
+            # Bytes that are no character alone (UTF-8 continuations, controls) never win either: each output
+            # token decodes to text of its own, so every streamed chunk carries some.
+            for tid in range(len(tokenizer)):
+                piece = tokenizer.decode([tid])
+                if "\ufffd" in piece or not piece.strip() or not piece.isprintable():
+                    model.lm_head.weight[tid].zero_()
     model.save_pretrained(str(out), safe_serialization=True)
     (out / "generation_config.json").unlink(missing_ok=True)  # no sampling defaults: the server's own apply
 
