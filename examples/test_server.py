@@ -12,7 +12,8 @@ def test_startup_phases_present(sglang_server):
     phases = sglang_server.phases
     for phase in ("load_weights", "kv_cache", "cuda_graph", "ready"):
         assert phase in phases, f"phase {phase} missing from {sorted(phases)}"
-    assert phases["load_weights"] < phases["kv_cache"] < phases["ready"]
+    # Phases are when the watcher read each line: two lines written in one burst can share a timestamp.
+    assert phases["load_weights"] <= phases["kv_cache"] <= phases["ready"]
 
 
 def test_completion_answers(sglang_server):
