@@ -181,6 +181,9 @@ def infrastructure_problem(result: Any) -> str | None:
             attempted = int(failed + (getattr(result, "completed", 0) or 0))
         return f"{int(failed)} of {attempted} requests failed"
     if getattr(result, "client_bound", False):
+        reason = getattr(result, "client_bound_reason", None)
+        if isinstance(reason, str) and reason:
+            return reason  # bench/selfcheck.py: the busy share or the event loop's lag, with the figures
         busy = getattr(result, "client_busy", None)
         share = f" {busy:.0%} of the time" if isinstance(busy, (int, float)) else ""
         return (f"client-bound: the load generator's event loop was busy{share}, so the figures measure the "

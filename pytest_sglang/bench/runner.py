@@ -6,8 +6,9 @@ measured ones through the streaming client on one event loop (``concurrency`` ca
 :class:`~pytest_sglang.bench.metrics.BenchResult` of the measured ones: with several rounds, the medians of the
 rounds with each figure's spread, and the rounds themselves in ``result.rounds`` (metrics.combine_rounds).
 Rounds are ``ROUND_GAP_S`` apart, so the server drains between them. The event-loop thread's CPU time over
-each round's wall time is ``client_busy``; past ``CLIENT_BOUND_BUSY`` the run is ``client_bound``: the figures
-then measure the load generator, and a baseline check does not judge them. Failed requests raise
+each round's wall time is ``client_busy``; past ``CLIENT_BOUND_BUSY``, or with an event loop that wakes late
+(selfcheck.py), the run is ``client_bound`` (``client_bound_reason`` says which): the figures then measure the
+load generator, and a baseline check does not judge them. Failed requests raise
 :class:`~pytest_sglang.errors.BenchmarkFailedError` carrying the result, unless ``allow_failures=True``.
 The runner never asks about the server's liveness: ``connection_errors`` tells the caller that some requests
 got no answer, and the caller asks its server handle why.
@@ -36,6 +37,7 @@ from pytest_sglang.bench.metrics import (
 )
 from pytest_sglang.bench.payloads import API_PATHS, Api, build_payload
 from pytest_sglang.bench.prompts import prepare_prompts
+from pytest_sglang.bench.selfcheck import LoopLagProbe, judge_client
 from pytest_sglang.bench.server_metrics import RoundWitness
 from pytest_sglang.bench.stream import ConnectionPool, StreamResult, stream_request
 from pytest_sglang.errors import BenchmarkError, BenchmarkFailedError
@@ -104,6 +106,7 @@ async def _drive(
     rounds: int = 1,
     seed: int = 0,
     between: Callable[[list[StreamResult] | None], None] | None = None,
+    probe: LoopLagProbe | None = None,
 ) -> tuple[list[StreamResult], list[tuple[list[StreamResult], float, float]]]:
     """Warmup once, then ``rounds`` rounds: (warmup results, [(measured results, client CPU s, wall s)]).
     ``between`` is called after the warmup (with None) and after each round (with its results), outside the
@@ -129,12 +132,16 @@ async def _drive(
                 await asyncio.sleep(ROUND_GAP_S)
             rng.seed(seed + 1)  # the same arrivals every round: only the system varies
             cpu0, wall0 = time.thread_time(), time.perf_counter()
+            if probe is not None:
+                probe.start()  # the event loop's own lag over the round (selfcheck.py)
             tasks: list[asyncio.Task[StreamResult]] = []
             for i, body in enumerate(bodies):
                 if i and math.isfinite(request_rate) and request_rate > 0:
                     await asyncio.sleep(rng.expovariate(request_rate))
                 tasks.append(asyncio.ensure_future(one(body)))
             measured = list(await asyncio.gather(*tasks))
+            if probe is not None:
+                await probe.stop()
             done.append((measured, time.thread_time() - cpu0, time.perf_counter() - wall0))
             if between is not None:
                 between(measured)
@@ -217,12 +224,13 @@ def run_bench(
         started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
         rng = random.Random(seed + 1)
         wit = RoundWitness(client, enabled=server_metrics)
+        probe = LoopLagProbe()
         warm, done = _run_coroutine(lambda: _drive(
             handle.base_url, handle.api_key, api, bodies[warmup:], concurrency=concurrency,
             request_rate=request_rate, rng=rng, timeout=timeout, warmup_bodies=bodies[:warmup], rounds=rounds,
-            seed=seed, between=wit.mark))
+            seed=seed, between=wit.mark, probe=probe))
         per_round = []
-        for measured, cpu, wall in done:
+        for k, (measured, cpu, wall) in enumerate(done):
             one = compute_metrics(
                 [record_from_stream(s, n) for s, n in zip(measured, prompt_lens[warmup:], strict=True)],
                 api=api, num_requests=num_requests, max_concurrency=concurrency, request_rate=request_rate,
@@ -233,7 +241,12 @@ def run_bench(
             one.accept_length_source = "requests" if one.accept_length is not None else None
             one.client_cpu_seconds = cpu
             one.client_busy = cpu / wall if wall > 0 else 0.0
-            one.client_bound = one.client_busy >= CLIENT_BOUND_BUSY
+            lag = probe.rounds[k] if k < len(probe.rounds) else None
+            if lag is not None:
+                one.client_loop_lag_p99_ms, one.client_loop_lag_max_ms = lag.p99_ms, lag.max_ms
+            one.client_bound_reason = judge_client(one.client_busy, lag, one.median_tpot_ms,
+                                                   busy_limit=CLIENT_BOUND_BUSY)
+            one.client_bound = one.client_bound_reason is not None
             per_round.append(one)
         disagreements = wit.apply(per_round)
         if spec_info and any(one.accept_length is None for one in per_round):

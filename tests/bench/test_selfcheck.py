@@ -1,0 +1,60 @@
+"""The client says when it is the bottleneck (issue 9 point 4): its event loop's lag and CPU share."""
+
+from __future__ import annotations
+
+import sys
+import threading
+from collections.abc import Iterator
+
+import pytest
+
+from pytest_sglang.bench import run_bench
+from pytest_sglang.bench.selfcheck import LagStats, judge_client
+
+from .simproc import SimServer, run_sim
+
+
+def test_judge_client_names_the_reason() -> None:
+    assert judge_client(0.95, None, 10.0, busy_limit=0.9).startswith(  # type: ignore[union-attr]
+        "client-bound: the load generator's event loop was on the CPU 95% of the round")
+    late = judge_client(0.2, LagStats(100, 40.0, 90.0), 10.0, busy_limit=0.9)
+    assert late is not None and "woke 40.0 ms late (p99; max 90.0 ms)" in late
+    assert judge_client(0.2, LagStats(100, 40.0, 90.0), 200.0, busy_limit=0.9) is None  # small against TPOT
+    assert judge_client(0.2, LagStats(100, 5.0, 9.0), 1.0, busy_limit=0.9) is None  # under the floor
+
+
+@pytest.fixture(scope="module")
+def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimServer]:
+    with run_sim(tmp_path_factory.mktemp("sim"), {"decode_tok_s": 200.0, "ttft_ms": 10.0}) as server:
+        yield server
+
+
+def test_a_client_that_keeps_up_is_not_client_bound(sim: SimServer) -> None:
+    r = run_bench(sim, num_requests=8, concurrency=4, input_len=8, output_len=20, warmup=1)
+    assert not r.client_bound and r.client_bound_reason is None, r.to_dict()
+    assert r.client_loop_lag_p99_ms is not None and r.client_loop_lag_max_ms is not None
+    assert r.to_dict()["client_loop_lag_p99_ms"] == r.client_loop_lag_p99_ms
+
+
+def test_a_starved_event_loop_marks_the_result_client_bound(sim: SimServer) -> None:
+    """Another thread holds the GIL 50 ms at a time: the loop is not busy, yet it stamps every event late."""
+    stop = threading.Event()
+
+    def hog() -> None:
+        while not stop.is_set():
+            sum(range(1000))
+
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(0.05)
+    thread = threading.Thread(target=hog, daemon=True)
+    thread.start()
+    try:
+        r = run_bench(sim, num_requests=4, concurrency=4, input_len=8, output_len=20, warmup=0, rounds=2)
+    finally:
+        stop.set()
+        thread.join()
+        sys.setswitchinterval(old)
+    assert r.client_bound, r.to_dict()
+    assert r.client_bound_reason is not None and "event loop woke" in r.client_bound_reason, r.client_bound_reason
+    assert r.client_bound_reason.startswith("round ")  # which round, with rounds
+    assert r.client_loop_lag_p99_ms is not None and r.client_loop_lag_p99_ms > 20
