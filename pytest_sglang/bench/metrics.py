@@ -50,7 +50,7 @@ ROUND_METRICS: tuple[str, ...] = (
     *(f"{stat}_{key}_ms" for key in ("ttft", "itl", "tpot", "e2e_latency")
       for stat in ("mean", "median", "std", "p90", "p99")),
     "max_itl_ms", "accept_length", "goodput", "slo_attainment", "client_busy",
-    "server_median_ttft_ms", "server_median_itl_ms", "server_accept_length", "client_loop_lag_p99_ms",
+    "server_median_ttft_ms", "server_median_itl_ms", "server_accept_length", "client_loop_lag_p90_ms",
     "client_loop_lag_max_ms",
 )
 # Counters that add up over rounds (a failure in any round shows in the headline).
@@ -179,7 +179,7 @@ class BenchResult:
     client_busy: float | None = None
     client_bound: bool = False
     client_bound_reason: str | None = None  # why client_bound (bench/selfcheck.py): busy, or a lagging loop
-    client_loop_lag_p99_ms: float | None = None  # how late the event loop woke (p99 and max over the round)
+    client_loop_lag_p90_ms: float | None = None  # how late the event loop woke (p90 and max over the round)
     client_loop_lag_max_ms: float | None = None
     # rounds: 1 unless run_bench(rounds=N); the per-round results and each figure's spread over them
     num_rounds: int = 1
@@ -429,5 +429,6 @@ def combine_rounds(rounds: Sequence[BenchResult]) -> BenchResult:
     head.client_cpu_seconds = sum(cpu) if cpu else None
     head.client_bound = any(r.client_bound for r in rounds)
     head.client_bound_reason = next((f"round {i}: {r.client_bound_reason}" if len(rounds) > 1 else
-                                     r.client_bound_reason for i, r in enumerate(rounds) if r.client_bound), None)
+                                     r.client_bound_reason for i, r in enumerate(rounds)
+                                     if r.client_bound and r.client_bound_reason), None)
     return head

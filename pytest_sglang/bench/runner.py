@@ -243,7 +243,7 @@ def run_bench(
             one.client_busy = cpu / wall if wall > 0 else 0.0
             lag = probe.rounds[k] if k < len(probe.rounds) else None
             if lag is not None:
-                one.client_loop_lag_p99_ms, one.client_loop_lag_max_ms = lag.p99_ms, lag.max_ms
+                one.client_loop_lag_p90_ms, one.client_loop_lag_max_ms = lag.p90_ms, lag.max_ms
             one.client_bound_reason = judge_client(one.client_busy, lag, one.median_tpot_ms,
                                                    busy_limit=CLIENT_BOUND_BUSY)
             one.client_bound = one.client_bound_reason is not None
