@@ -43,7 +43,7 @@ class Member:
 
     pid: int
     ident: float  # start time: the same pid later is another process
-    role: str | None  # sglang::scheduler_TP1, VLLM::EngineCore_DP0, the simulator's scheduler_TP1
+    role: str | None  # sglang::scheduler_TP1, VLLM::EngineCore_DP0, the simulator's scheduler_TP1, torchrun's rank1
     command: str  # the first words of its command line
     root: bool = False
 
@@ -157,7 +157,11 @@ class TreeMembers:
         except psutil.Error:
             return
         for child in children:
-            if child.pid not in self._members:
+            known = self._members.get(child.pid)
+            # A member first seen between its fork and its exec has its parent's command line and environment
+            # then: one without a role is looked at again until it has one (its title, its torchrun RANK).
+            if known is None or (known.role is None and child.pid in self._alive
+                                 and (not _LINUX or _ident(child.pid) == known.ident)):
                 self._add(child.pid, proc=child)
 
     def _add(self, pid: int, *, root: bool = False, proc: psutil.Process | None = None) -> None:
@@ -169,7 +173,8 @@ class TreeMembers:
             return
         if ident is None:
             return
-        member = Member(pid, ident, role_of(cmdline), _short(cmdline), root=root)
+        member = Member(pid, ident, role_of(cmdline) or (None if root else _torchrun_rank(proc)), _short(cmdline),
+                        root=root)
         self._members[pid] = self._alive[pid] = member
 
 
@@ -197,6 +202,17 @@ def role_of(cmdline: list[str]) -> str | None:
     for i, part in enumerate(cmdline[:-1]):
         if part == SIM_WORKER:
             return cmdline[i + 1]
+    return None
+
+
+def _torchrun_rank(proc: psutil.Process) -> str | None:
+    """A torchrun worker's rank, "rank1", from the environment torch's elastic agent starts it with (RANK beside
+    TORCHELASTIC_RUN_ID): its ranks share one command line, so that alone cannot tell them apart."""
+    with contextlib.suppress(psutil.Error):
+        env = proc.environ()
+        rank = env.get("RANK", "")
+        if "TORCHELASTIC_RUN_ID" in env and rank.isdigit():
+            return f"rank{rank}"
     return None
 
 

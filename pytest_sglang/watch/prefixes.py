@@ -1,13 +1,15 @@
 """Line prefixes: which process wrote a log line, at which level, and the line's own text.
 
 One job: `strip_prefixes` peels the prefixes that loggers, launchers and log exporters put before a line
-(SGLang's "[2025-10-16 09:06:10 TP5] ", vLLM's "(EngineCore pid=1) ERROR 11-30 22:19:53 [core.py:700] ", cloud
-exports' "ERROR 2025-04-07T19:13:52.54Z ", docker compose's "sglang-1  | "), in any order and nesting, and
-says which source (rank, worker process) the line came from. `source_of` is its first part, cheaper.
+(SGLang's "[2025-10-16 09:06:10 TP5] ", torch.distributed's "[rank1]: ", vLLM's "(EngineCore pid=1) ERROR
+11-30 22:19:53 [core.py:700] ", cloud exports' "ERROR 2025-04-07T19:13:52.54Z ", docker compose's "sglang-1  | "),
+in any order and nesting, and says which source (rank, worker process) the line came from. `source_of` is its
+first part, cheaper.
 
-A source is only ever named by an SGLang tag ("[" and a date) or a process tag ("(" ... "pid=N" ... ")"), so a
-line that holds neither "[" nor "(" names none: the watcher relies on that to find the last line of a long
-stretch that names its source without reading the stretch line by line (`SOURCE_LITERALS`).
+A source is only ever named by an SGLang tag ("[" and a date), a torch rank tag ("[rank1]:") or a process tag
+("(" ... "pid=N" ... ")"), so a line that holds neither "[" nor "(" names none: the watcher relies on that to
+find the last line of a long stretch that names its source without reading the stretch line by line
+(`SOURCE_LITERALS`).
 """
 
 from __future__ import annotations
@@ -32,6 +34,9 @@ _LEVEL_TS = re.compile(
 _SGLANG_TAG = re.compile(
     r"^\[\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?P<tags>(?: [A-Za-z_]+\d+)*)\] ?"
 )
+# torch.distributed's excepthook (distributed_c10d.py, _set_excepthook: every line of an uncaught exception as
+# "[rank1]: ...", torchrun's workers) and per-rank loggers in its style ("[rank 1] ..."): the source is "rank1".
+_TORCH_RANK = re.compile(r"^\[rank ?(?P<rank>\d+)\]:? ?")
 # A bare ISO timestamp (container runtimes, python logging), with an optional stream tag and level.
 _ISO_TS = re.compile(
     r"^\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})?\s+"
@@ -77,6 +82,12 @@ def strip_prefixes(line: str) -> tuple[str | None, str | None, str]:
                     source = m.group("tags").strip() or "main"
                 body = body[m.end():]
                 continue
+            m = _TORCH_RANK.match(body)
+            if m:
+                if source is None:
+                    source = f"rank{m.group('rank')}"
+                body = body[m.end():]
+                continue
             break
         if c in _ASCII_LETTERS:
             m = _LEVEL_TS.match(body) if body.startswith(_LEVEL_WORDS) else None
@@ -107,7 +118,10 @@ def source_of(line: str) -> str | None:
     c = line[:1]
     if c == "[":
         m = _SGLANG_TAG.match(line)
-        return (m.group("tags").strip() or "main") if m else None
+        if m:
+            return m.group("tags").strip() or "main"
+        m = _TORCH_RANK.match(line)
+        return f"rank{m.group('rank')}" if m else None
     if c == "(":
         m = _PROC_TAG.match(line)
         return " ".join(m.group("proc").split()) if m else None
