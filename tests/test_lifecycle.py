@@ -185,7 +185,7 @@ def test_later(sglang_server):
     # Each short-summary line says the server died, not the ConnectionError the test saw (under CI=true pytest
     # prints the whole message there, the test's own error included on a later line).
     failed = [line for line in out.split("short test summary")[-1].splitlines() if line.startswith("FAILED")]
-    assert len(failed) == 2 and all("server died during the session" in line for line in failed), failed
+    assert len(failed) == 2 and all("server died" in line for line in failed), failed  # cut to the width
     result.stdout.fnmatch_lines(["FAILED test_user.py::test_later?p? - Failed: ?sglang p? server died*"])
 
 
