@@ -1,0 +1,155 @@
+#!/usr/bin/env bash
+# The plugin's whole flow on real SGLang 0.5.23 on the lent H200, in one device call (from the repo root):
+#   device run (carry .whl-sglang):  bash benchmarks/gpu_sglang/run_sglang.sh A     (then B in a second call)
+# A: install the carried wheels; machine facts; make the model; session "record" (default profile,
+#    --sglang-update-baseline, the gated benchmark plus NOISE_REPEATS repeats and the sweep); copy default's
+#    baseline entries to the nograph profile; session "check" (default then nograph, no update: default's
+#    unchanged rerun must pass, nograph = CUDA graphs off must fail "regressed"); the client ceiling.
+#    (Seen: A's check session ran past its limit in nograph's gate, 7x slower; B redoes it with more time.)
+# B: session "check" (default then nograph) on a fresh machine against the baseline A recorded (committed in
+#    results/baselines.json, nograph carrying default's entries), the client ceiling, session "rerun" (default).
+# C: benchmarks/calibrate.py --runs 4 on the gated test, each run its own pytest session and server.
+# Everything goes to $OUT: terminal.txt, results.json, the reports, baselines.json, bundle.tar.gz (logs, HTML).
+set -u
+STAGE=${1:-A}
+OUT=${OUT:-/tmp/gpu-sglang-out}
+W=${GPU_WORK:-/tmp/gpu-sglang}
+PY=${PY:-python3}
+here=$(cd "$(dirname "$0")" && pwd)
+repo=$(cd "$here/../.." && pwd)
+export GPU_WORK=$W PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 RELEASE_LOG=$W/out/release.jsonl
+export SGLPROBE_NO_JIT=1 SGLANG_FORCE_FUSED_OP_BACKEND=torch SGLANG_SKIP_SGL_KERNEL_VERSION_CHECK=1 \
+  SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND=python NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 \
+  NVSHMEM_DISABLE_NVLS=1
+unset SGLANG_USE_CPU_ENGINE
+mkdir -p "$OUT" "$W/out"
+cd "$repo" || exit 1
+T0=$SECONDS
+stamp() { echo "=== $* ($(( SECONDS - T0 )) s)"; }
+
+setup() {
+  stamp "install wheels"
+  "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+    .whl-sglang/w/*.whl || { echo "wheel install failed"; return 1; }
+  export PYTHONPATH=$here/pypath:/tmp/site:$repo
+  stamp "machine"
+  nvidia-smi; nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv
+  uname -r; nproc; free -g | head -2
+  "$PY" - "$W/out/machine.json" <<'PYEOF'
+import importlib.metadata as m, json, os, subprocess, sys
+import torch
+info = {"python": sys.version.split()[0], "cores": os.cpu_count(), "kernel": os.uname().release,
+        "torch": torch.__version__, "cuda": torch.version.cuda, "cudnn": torch.backends.cudnn.version(),
+        "gpu": torch.cuda.get_device_name(0), "sm": torch.cuda.get_device_properties(0).multi_processor_count,
+        "gpu_memory_gib": round(torch.cuda.get_device_properties(0).total_memory / 2**30, 1),
+        "nvidia_smi": subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total",
+                                      "--format=csv,noheader"], capture_output=True, text=True).stdout.strip()}
+for n in ("sglang", "triton", "transformers", "tokenizers", "pytest", "nvidia-ml-py", "psutil", "requests",
+          "fastapi", "uvicorn", "xgrammar"):
+    try:
+        info[n] = m.version(n)
+    except m.PackageNotFoundError:
+        info[n] = None
+print(json.dumps(info, indent=1))
+open(sys.argv[1], "w").write(json.dumps(info, indent=1))
+PYEOF
+  stamp "make model"
+  [ -f "$W/llama-random/config.json" ] || "$PY" benchmarks/gpu_sglang/make_model.py "$W/llama-random" 2>&1 | tail -3
+  "$PY" -c "import json;c=json.load(open('$W/llama-random/config.json'));print({k:c.get(k) for k in ('architectures','hidden_size','intermediate_size','num_hidden_layers','num_attention_heads','num_key_value_heads','head_dim','vocab_size','torch_dtype','dtype')})"
+  du -sh "$W/llama-random"
+}
+
+session() {  # session NAME TIMEOUT pytest-args...
+  local name=$1 limit=$2; shift 2
+  stamp "pytest session $name"
+  echo "+ pytest benchmarks/gpu_sglang/test_gpu_sglang.py -p pytest_sglang.plugin --sglang-config=benchmarks/gpu_sglang/profiles.toml --sglang-report=$W/out/report-$name.json --sglang-log-dir=$W/out/logs-$name -rA -v -p no:cacheprovider $*"
+  timeout -k 10 "$limit" "$PY" -m pytest benchmarks/gpu_sglang/test_gpu_sglang.py -p pytest_sglang.plugin \
+    --sglang-config=benchmarks/gpu_sglang/profiles.toml --sglang-report="$W/out/report-$name.json" \
+    --sglang-log-dir="$W/out/logs-$name" -rA -v -p no:cacheprovider "$@"
+  echo "pytest session $name exit $?"
+  nvidia-smi --query-compute-apps=pid,used_memory --format=csv; pgrep -af sglang || echo "no sglang process left"
+}
+
+stage_a() {
+  setup || return 1
+  GATE_ROUNDS=5 NOISE_REPEATS=${NOISE_REPEATS:-5} session record 220 --sglang-profile=default \
+    --sglang-update-baseline --sglang-baseline="$W/out/baselines.json"
+  cp "$W/out/baselines.json" "$W/out/baselines-recorded.json"
+  "$PY" - "$W/out/baselines.json" <<'PYEOF'
+import copy, json, sys
+d = json.load(open(sys.argv[1]))
+d["baselines"]["nograph"] = copy.deepcopy(d["baselines"]["default"])
+json.dump(d, open(sys.argv[1], "w"), indent=1)
+print("copied default's baseline entries to nograph:", sorted(d["baselines"]["default"]))
+PYEOF
+  GATE_ROUNDS=5 SWEEP=1 session check 255 --sglang-profile=default,nograph --sglang-baseline="$W/out/baselines.json"
+  stamp "client ceiling"
+  timeout -k 5 45 "$PY" benchmarks/client_ceiling.py --levels 16,64,128,256 --decode-tok-s 200 --output-len 200 \
+    --waves 2 --json-out "$W/out/ceiling.json"
+}
+
+stage_b() {
+  setup || return 1
+  cp benchmarks/gpu_sglang/results/baselines.json "$W/out/baselines.json"
+  GATE_ROUNDS=5 SWEEP=1 session check 330 --sglang-profile=default,nograph --sglang-baseline="$W/out/baselines.json"
+  stamp "client ceiling, with the client's own busy share"
+  timeout -k 5 50 "$PY" - "$W/out/ceiling.json" <<'PYEOF'
+import json, sys, tempfile
+from pathlib import Path
+sys.path.insert(0, "benchmarks")
+from client_ceiling import start_sim
+from pytest_sglang.bench import expected_throughput, run_bench
+import os, signal
+knobs = {"startup_seconds": 0.2, "decode_tok_s": 200.0, "ttft_ms": 20.0, "max_batch": 256}
+rows = []
+with tempfile.TemporaryDirectory() as tmp:
+    proc, url = start_sim(knobs, Path(tmp) / "sim.log")
+    try:
+        for c in (16, 32, 48, 64, 96, 128):
+            paced = expected_throughput(num_requests=2 * c, concurrency=c, output_len=200, ttft_s=0.02, decode_tok_s=200.0)
+            r = run_bench(url, num_requests=2 * c, concurrency=c, input_len=32, output_len=200, warmup=1, allow_failures=True)
+            rows.append({"concurrency": c, "paced_tok_s": paced, "ours_tok_s": r.output_throughput,
+                         "ours_ratio": r.output_throughput / paced, "client_busy": r.client_busy,
+                         "client_bound": r.client_bound, "failed": r.failed, "median_ttft_ms": r.median_ttft_ms})
+            print(json.dumps(rows[-1]), flush=True)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+ok = [x["paced_tok_s"] for x in rows if x["ours_ratio"] >= 0.97]
+json.dump({"ours_ceiling_tok_s": max(ok) if ok else 0.0, "tolerance": 0.03, "knobs": knobs, "output_len": 200,
+           "rows": rows}, open(sys.argv[1], "w"), indent=1)
+PYEOF
+  cp benchmarks/gpu_sglang/results/call1/report-record.json "$W/out/" 2>/dev/null  # the across-session calibration
+  local rem=$(( 575 - (SECONDS - T0) ))
+  if [ "$rem" -gt 135 ]; then
+    GATE_ROUNDS=5 SWEEP=0 session rerun "$rem" --sglang-profile=default --sglang-baseline="$W/out/baselines.json"
+  else echo "no time left for the rerun session ($rem s)"; fi
+}
+
+stage_c() {  # C: benchmarks/calibrate.py itself, RUNS fresh pytest sessions (each its own server) on one machine
+  setup || return 1
+  stamp "calibrate.py --runs ${RUNS:-4}"
+  echo "+ python benchmarks/calibrate.py --runs ${RUNS:-4} --write $W/out/calibrate.md -- benchmarks/gpu_sglang/test_gpu_sglang.py -k 'warm or gate' -p pytest_sglang.plugin --sglang-config=benchmarks/gpu_sglang/profiles.toml --sglang-profile=default"
+  uptime
+  GATE_ROUNDS=5 timeout -k 10 "${CAL_LIMIT:-470}" "$PY" benchmarks/calibrate.py --runs "${RUNS:-4}" --write "$W/out/calibrate.md" \
+    -- benchmarks/gpu_sglang/test_gpu_sglang.py -k "warm or gate" -p pytest_sglang.plugin \
+    --sglang-config=benchmarks/gpu_sglang/profiles.toml --sglang-profile=default
+  echo "calibrate exit $?"; uptime
+  local i=0
+  for f in /tmp/sglang-calibrate-*/run-*.json; do [ -f "$f" ] || continue
+    cp "$f" "$W/out/report-cal$(basename "$f" .json | tr -d -c 0-9).json"; i=$((i+1)); done
+  echo "$i calibration reports kept"
+}
+
+{ case "$STAGE" in A) stage_a ;; B) stage_b ;; C) stage_c ;; esac
+  stamp "summarize"
+  "$PY" benchmarks/gpu_sglang/summarize.py "$W/out" "$W/out/results.json"
+  stamp "done"; } 2>&1 | tee "$OUT/terminal.txt"
+for f in results.json report-record.json report-check.json report-rerun.json; do
+  cp "$W/out/$f" "$OUT/" 2>/dev/null; done
+cp "$W/out/report-check.html" "$W/out/calibrate.md" "$OUT/" 2>/dev/null
+# logs trimmed: the first 400 and last 200 lines of each server log
+for d in "$W"/out/logs-*; do [ -d "$d" ] || continue
+  for l in "$d"/*.log; do [ -f "$l" ] || continue
+    { head -400 "$l"; echo "... [trimmed] ..."; tail -200 "$l"; } > "$l.trim" 2>/dev/null; done; done
+tar -czf "$OUT/bundle.tar.gz" -C "$W/out" --exclude='*.log' . 2>/dev/null
+ls -la "$OUT"
