@@ -1,0 +1,403 @@
+"""The simulator's HTTP endpoints: SGLang's native API, the OpenAI API, /metrics, as SGLang answers them."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import uuid
+from http.server import BaseHTTPRequestHandler
+from typing import TYPE_CHECKING, Any
+
+from pytest_sglang.sim.bodies import BadRequest, int_field, is_batch, message_text, usage
+from pytest_sglang.sim.engine import (
+    count_prompt_tokens,
+    detokenize,
+    output_tokens,
+)
+from pytest_sglang.sim.metrics import detokenize_any, tokenize
+
+VERSION = "0.0.0-sim"
+DEFAULT_MAX_TOKENS = 16
+WARMUP_HEADER = "X-Sglang-Sim-Warmup"
+FLUSH_BODY = (
+    "Cache flushed.\nPlease check backend logs for more details. "
+    "(When there are running or waiting requests, the operation will not be performed.)\n"
+)
+
+if TYPE_CHECKING:
+    from pytest_sglang.sim.server import SimHTTPServer, SimServer
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True
+    server: SimHTTPServer
+    server_version = "uvicorn"
+    sys_version = ""
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - base class signature
+        pass  # our own uvicorn-style access line is written in send_head()
+
+    @property
+    def sim(self) -> SimServer:
+        return self.server.sim
+
+    # -- plumbing -----------------------------------------------------------------------------------------
+    def send_head(self, status: int, ctype: str, length: int | None) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", ctype)
+        if length is None:
+            self.send_header("Transfer-Encoding", "chunked")
+            self.send_header("Cache-Control", "no-cache")
+        else:
+            self.send_header("Content-Length", str(length))
+        self.end_headers()
+        if not self.sim.http_up:
+            return  # uvicorn is not running yet in the real server: no access line before its startup lines
+        phrase = self.responses.get(status, ("",))[0]
+        self.sim.log.access(f"{self.client_address[0]}:{self.client_address[1]}", self.command,
+                            self.path, status, phrase)
+
+    def send_json(self, status: int, obj: Any) -> None:
+        data = json.dumps(obj).encode()
+        self.send_head(status, "application/json", len(data))
+        self.wfile.write(data)
+
+    def send_text(self, status: int, text: str) -> None:
+        data = text.encode()
+        self.send_head(status, "text/plain; charset=utf-8", len(data))
+        self.wfile.write(data)
+
+    def sse(self, obj: Any) -> None:
+        payload = b"data: " + (obj.encode() if isinstance(obj, str) else json.dumps(obj).encode()) + b"\n\n"
+        self.wfile.write(b"%x\r\n%s\r\n" % (len(payload), payload))
+
+    def end_sse(self) -> None:
+        self.sse("[DONE]")
+        self.wfile.write(b"0\r\n\r\n")
+
+    def read_json(self) -> dict[str, Any]:
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length) if length else b""
+        try:
+            body = json.loads(raw or b"{}")
+        except json.JSONDecodeError as exc:
+            raise BadRequest(f"invalid JSON body: {exc}") from exc
+        if not isinstance(body, dict):
+            raise BadRequest("the request body must be a JSON object")
+        return body
+
+    @property
+    def is_warmup(self) -> bool:
+        return self.headers.get(WARMUP_HEADER) == "1"
+
+    # -- dispatch -----------------------------------------------------------------------------------------
+    def do_GET(self) -> None:
+        self.dispatch("GET")
+
+    def do_POST(self) -> None:
+        self.dispatch("POST")
+
+    def do_PUT(self) -> None:
+        self.dispatch("PUT")
+
+    def dispatch(self, method: str) -> None:
+        path = self.path.split("?", 1)[0]
+        try:
+            body: dict[str, Any] = {}
+            if method in ("POST", "PUT"):
+                body = self.read_json()
+            key = self.sim.args.api_key
+            if key and not path.startswith(("/health", "/metrics")):
+                if self.headers.get("Authorization") != f"Bearer {key}":
+                    self.send_json(401, {"error": "Unauthorized"})
+                    return
+            route = ROUTES.get((method, path)) or (ROUTES.get(("POST", path)) if method == "PUT" else None)
+            if route is None:
+                self.send_json(404 if not any(p == path for _, p in ROUTES) else 405,
+                               {"detail": "Not Found" if not any(p == path for _, p in ROUTES)
+                                else "Method Not Allowed"})
+                return
+            route(self, body)
+        except BadRequest as exc:
+            self.send_json(400, {"object": "error", "message": str(exc), "type": "BadRequest", "param": None,
+                                 "code": 400})
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True
+
+    # -- simple endpoints ---------------------------------------------------------------------------------
+    def health(self, body: dict[str, Any]) -> None:
+        self.send_text(200 if self.sim.ready.is_set() else 503, "")
+
+    def health_generate(self, body: dict[str, Any]) -> None:
+        if not self.sim.ready.is_set():
+            self.send_text(503, "")
+            return
+        for _ in self.sim.engine.stream(output_tokens([0], 1)):
+            pass
+        self.send_text(200, "")
+
+    def model_info(self, body: dict[str, Any]) -> None:
+        self.send_json(200, self.sim.model_info())
+
+    def server_info(self, body: dict[str, Any]) -> None:
+        self.send_json(200, self.sim.server_info())
+
+    def flush_cache(self, body: dict[str, Any]) -> None:
+        self.send_text(200, FLUSH_BODY)
+
+    def metrics(self, body: dict[str, Any]) -> None:
+        """Prometheus text: SGLang's only under --enable-metrics (404 otherwise), vLLM's always."""
+        if self.sim.knobs.metrics_format == "sglang" and not self.sim.args.enable_metrics:
+            self.send_json(404, {"detail": "Not Found"})
+            return
+        self.send_text(200, self.sim.metrics.exposition())
+
+    def tokenize(self, body: dict[str, Any]) -> None:
+        """SGLang's and vLLM's shape: {"tokens", "count", "max_model_len"}."""
+        prompt = body.get("prompt")
+        if not isinstance(prompt, str):
+            raise BadRequest("prompt must be a string")
+        ids = tokenize(prompt, self.sim.knobs.vocab_size)
+        self.send_json(200, {"tokens": ids, "count": len(ids), "max_model_len": self.sim.args.context_length})
+
+    def detokenize(self, body: dict[str, Any]) -> None:
+        tokens = body.get("tokens")
+        if not isinstance(tokens, list) or not all(isinstance(t, int) for t in tokens):
+            raise BadRequest("tokens must be a list of integers")
+        self.send_json(200, {"text": detokenize_any(tokens)})
+
+    def models(self, body: dict[str, Any]) -> None:
+        a = self.sim.args
+        self.send_json(200, {"object": "list", "data": [{
+            "id": a.served_model_name, "object": "model", "created": int(time.time()), "owned_by": "sglang",
+            "root": a.model_path, "max_model_len": a.context_length}]})
+
+    # -- generation ---------------------------------------------------------------------------------------
+    def generate_one(self, prompt: object, n: int) -> tuple[list[int], float, int]:
+        """Run one non-streamed request to its end: (output ids, e2e seconds, verify steps)."""
+        start = time.monotonic()
+        tokens = self.outputs(prompt, n)
+        self.sim.prefill_line(count_prompt_tokens(prompt))
+        steps = 0
+        times = []
+        for ids, _last in self.sim.engine.stream(tokens):
+            steps += 1
+            times.append(time.monotonic())
+            self.sim.tokens_out += len(ids)
+        self.finished(prompt, len(tokens), steps, start, times)
+        return tokens, time.monotonic() - start, steps
+
+    def outputs(self, prompt: object, n: int) -> list[int]:
+        """The greedy output; token ids the model lacks are answered 400, as vLLM answers them."""
+        if isinstance(prompt, list):
+            bad = [t for t in prompt if isinstance(t, int) and not 0 <= t < self.sim.knobs.vocab_size]
+            if bad:
+                raise BadRequest(f"Token id {bad[0]} is out of vocabulary")
+        return output_tokens(prompt, n, self.sim.knobs.output_variant)
+
+    def finished(self, prompt: object, n_out: int, steps: int, start: float, times: list[float]) -> None:
+        """Count a finished request in /metrics (times: when each chunk left)."""
+        self.sim.metrics.finished(
+            prompt_tokens=count_prompt_tokens(prompt), generation_tokens=n_out,
+            verify_steps=steps if self.sim.args.speculative else None,
+            ttft=times[0] - start if times else None, itls=[b - a for a, b in zip(times, times[1:], strict=False)],
+            e2e=time.monotonic() - start)
+
+    def meta(self, rid: str, prompt: object, out: list[int], n: int, steps: int,
+             e2e: float | None) -> dict[str, Any]:
+        m: dict[str, Any] = {
+            "id": rid,
+            "finish_reason": {"type": "length", "length": n} if e2e is not None else None,
+            "prompt_tokens": count_prompt_tokens(prompt),
+            "weight_version": "default",
+            "completion_tokens": len(out),
+            "cached_tokens": 0,
+        }
+        if e2e is not None:
+            m["e2e_latency"] = e2e
+        if self.sim.args.speculative:
+            m["spec_verify_ct"] = steps
+            m["spec_accept_length"] = len(out) / steps if steps else 0.0
+        return m
+
+    def generate(self, body: dict[str, Any]) -> None:
+        prompt = body.get("input_ids") if body.get("input_ids") is not None else body.get("text")
+        if prompt is None:
+            raise BadRequest("Either text or input_ids should be provided.")
+        sp = body.get("sampling_params") or {}
+        if isinstance(sp, list):
+            sp = sp[0] if sp else {}
+        n = int_field(sp.get("max_new_tokens", DEFAULT_MAX_TOKENS), "max_new_tokens")
+        batch = is_batch(prompt)
+        if body.get("stream"):
+            if batch:
+                raise BadRequest("the simulator streams single requests only")
+            self.generate_stream(prompt, n)
+        elif batch:
+            assert isinstance(prompt, list)
+            for p in prompt:
+                self.outputs(p, 0)  # every prompt's ids checked before any runs
+            results: list[Any] = [None] * len(prompt)
+
+            def one(i: int, p: object) -> None:
+                out, e2e, steps = self.generate_one(p, n)
+                results[i] = {"text": detokenize(out), "output_ids": out,
+                              "meta_info": self.meta(uuid.uuid4().hex, p, out, n, steps, e2e)}
+
+            threads = [threading.Thread(target=one, args=(i, p), daemon=True) for i, p in enumerate(prompt)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            self.send_json(200, results)
+        else:
+            out, e2e, steps = self.generate_one(prompt, n)
+            self.send_json(200, {"text": detokenize(out), "output_ids": out,
+                                 "meta_info": self.meta(uuid.uuid4().hex, prompt, out, n, steps, e2e)})
+        self.sim.request_done(self.is_warmup)
+
+    def generate_stream(self, prompt: object, n: int) -> None:
+        rid = uuid.uuid4().hex
+        start = time.monotonic()
+        tokens = self.outputs(prompt, n)
+        self.sim.prefill_line(count_prompt_tokens(prompt))
+        self.send_head(200, "text/event-stream", None)
+        out: list[int] = []
+        steps = 0
+        times: list[float] = []
+        gen = self.sim.engine.stream(tokens)
+        try:
+            for ids, last in gen:
+                out += ids
+                steps += 1
+                times.append(time.monotonic())
+                self.sim.tokens_out += len(ids)
+                if last:
+                    self.finished(prompt, len(out), steps, start, times)
+                self.sse({"text": detokenize(out), "output_ids": ids,
+                          "meta_info": self.meta(rid, prompt, out, n, steps,
+                                                 time.monotonic() - start if last else None)})
+            self.end_sse()
+        finally:
+            gen.close()
+
+    def completions(self, body: dict[str, Any]) -> None:
+        self.openai(body, chat=False)
+
+    def chat_completions(self, body: dict[str, Any]) -> None:
+        self.openai(body, chat=True)
+
+    def openai(self, body: dict[str, Any], *, chat: bool) -> None:
+        if chat:
+            messages = body.get("messages")
+            if not isinstance(messages, list) or not messages:
+                raise BadRequest("messages must be a non-empty list")
+            prompts: list[object] = [[message_text(m) for m in messages]]
+        else:
+            prompt = body.get("prompt")
+            if prompt is None:
+                raise BadRequest("prompt is required")
+            prompts = list(prompt) if is_batch(prompt) else [prompt]
+        n = int_field(body.get("max_tokens", body.get("max_completion_tokens")) or DEFAULT_MAX_TOKENS,
+                      "max_tokens")
+        model = self.sim.args.served_model_name
+        created = int(time.time())
+        cid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
+        obj = "chat.completion" if chat else "text_completion"
+        n_prompt = sum(count_prompt_tokens(p) for p in prompts)
+        if body.get("stream"):
+            if len(prompts) != 1:
+                raise BadRequest("the simulator streams single prompts only")
+            self.openai_stream(prompts[0], n, chat=chat, cid=cid, created=created, model=model,
+                               include_usage=bool((body.get("stream_options") or {}).get("include_usage")),
+                               spec_details=bool(body.get("return_spec_tokens_details")))
+        else:
+            choices = []
+            total_out = 0
+            for i, p in enumerate(prompts):
+                out, _e2e, _steps = self.generate_one(p, n)
+                total_out += len(out)
+                text = detokenize(out)
+                if chat:
+                    choices.append({"index": i, "message": {"role": "assistant", "content": text,
+                                                            "reasoning_content": None, "tool_calls": None},
+                                    "logprobs": None, "finish_reason": "length", "matched_stop": None})
+                else:
+                    choices.append({"index": i, "text": text, "logprobs": None, "finish_reason": "length",
+                                    "matched_stop": None})
+            self.send_json(200, {"id": cid, "object": obj, "created": created, "model": model,
+                                 "choices": choices, "usage": usage(n_prompt, total_out)})
+        self.sim.request_done(self.is_warmup)
+
+    def openai_stream(self, prompt: object, n: int, *, chat: bool, cid: str, created: int, model: str,
+                      include_usage: bool, spec_details: bool = False) -> None:
+        start = time.monotonic()
+        tokens = self.outputs(prompt, n)
+        n_prompt = count_prompt_tokens(prompt)
+        self.sim.prefill_line(n_prompt)
+        self.send_head(200, "text/event-stream", None)
+        obj = "chat.completion.chunk" if chat else "text_completion"
+        first = True
+        sent = 0
+        steps = 0
+        times: list[float] = []
+        gen = self.sim.engine.stream(tokens)
+        try:
+            for ids, last in gen:
+                sent += len(ids)
+                steps += 1
+                times.append(time.monotonic())
+                self.sim.tokens_out += len(ids)
+                if last:
+                    self.finished(prompt, sent, steps, start, times)
+                text = detokenize(ids)
+                finish = "length" if last else None
+                if chat:
+                    delta: dict[str, Any] = {"content": text}
+                    if first:
+                        delta = {"role": "assistant", "content": text}
+                    choice: dict[str, Any] = {"index": 0, "delta": delta, "logprobs": None,
+                                              "finish_reason": finish}
+                else:
+                    choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish}
+                if finish:
+                    choice["matched_stop"] = None
+                first = False
+                self.sse({"id": cid, "object": obj, "created": created, "model": model, "choices": [choice],
+                          "usage": None})
+            if spec_details and self.sim.args.speculative:  # SGLang's sglext chunk, at response level
+                self.sse({"id": cid, "object": obj, "created": created, "model": model, "choices": [],
+                          "sglext": {"spec_tokens_details": {"spec_verify_ct": steps,
+                                                             "spec_accept_length": sent / steps if steps else 0.0}}})
+            if include_usage:
+                self.sse({"id": cid, "object": obj, "created": created, "model": model, "choices": [],
+                          "usage": usage(n_prompt, sent)})
+            self.end_sse()
+        finally:
+            gen.close()
+
+
+ROUTES: dict[tuple[str, str], Any] = {
+    ("GET", "/health"): Handler.health,
+    ("GET", "/ready"): Handler.health,  # SGLang 0.5.23: 200 once the server is Up, no key needed
+    ("GET", "/health_generate"): Handler.health_generate,
+    ("GET", "/model_info"): Handler.model_info,
+    ("GET", "/get_model_info"): Handler.model_info,
+    ("GET", "/server_info"): Handler.server_info,
+    ("GET", "/get_server_info"): Handler.server_info,
+    ("GET", "/flush_cache"): Handler.flush_cache,
+    ("POST", "/flush_cache"): Handler.flush_cache,
+    ("GET", "/v1/models"): Handler.models,
+    ("GET", "/metrics"): Handler.metrics,
+    ("POST", "/tokenize"): Handler.tokenize,
+    ("POST", "/v1/tokenize"): Handler.tokenize,
+    ("POST", "/detokenize"): Handler.detokenize,
+    ("POST", "/v1/detokenize"): Handler.detokenize,
+    ("POST", "/generate"): Handler.generate,
+    ("POST", "/v1/completions"): Handler.completions,
+    ("POST", "/v1/chat/completions"): Handler.chat_completions,
+}
+
+
