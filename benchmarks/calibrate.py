@@ -115,12 +115,14 @@ def calibrate(runs: Sequence[Samples], metric: str, *, max_cv: float | None = DE
     medians = [statistics.median(s) for s in series]
     pairs = [(b, c) for i, b in enumerate(series) for j, c in enumerate(series) if i != j]
     fp: dict[str, float] = {}
-    unjudged = 0.0
+    unjudged = math.nan  # too noisy to judge depends on the runs' spread (max_cv), not on the tolerance
     for tol in grid:
         statuses = [judged(metric, c, b, tol, max_cv) for b, c in pairs]
-        fp[tol] = sum(s == "regressed" for s in statuses) / len(pairs) if pairs else math.nan
-        unjudged = sum(s == "not-judged" for s in statuses if not tol.endswith("sigma")) / len(pairs) \
-            if pairs else math.nan
+        judged_pairs = [st for st in statuses if st != "not-judged"]
+        # A pair that was not judged is no evidence that the tolerance holds: rates are over judged pairs.
+        fp[tol] = sum(st == "regressed" for st in judged_pairs) / len(judged_pairs) if judged_pairs else math.nan
+        if math.isnan(unjudged) and pairs and tol.endswith("%"):
+            unjudged = (len(statuses) - len(judged_pairs)) / len(pairs)
     relative = [t for t in grid if t.endswith("%")]
     zero = next((t for i, t in enumerate(relative) if all(fp[u] == 0 for u in relative[i:])), None)
     worst_cv = max(within) if within else None
