@@ -81,7 +81,8 @@ def _stop_and_release(process, *, grace, profile, host, port, on_status=None):
         rec = {"profile": profile, "tree_pids": sorted(pids),
                "gpu_apps_before": [(p, m) for p, m in apps if p in pids], "memory_used_before_mib": used0,
                "stop_seconds": round(_timing.get("wait_started", t_end) - t0, 3),
-               "plugin_release_wait_seconds": round(_timing.get("wait_ended", t_end) - _timing.get("wait_started", t_end), 3),
+               "plugin_release_wait_seconds": round(
+                   _timing.get("wait_ended", t_end) - _timing.get("wait_started", t_end), 3),
                "teardown_total_seconds": round(t_end - t0, 3),
                "smi_apps_gone_seconds": gone,
                "memory_used_after_mib": samples[-1][2] if samples else None,
