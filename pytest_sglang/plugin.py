@@ -69,6 +69,7 @@ class SGLangPlugin:
         self._profiles: ProfileSet | None = None
         self._log_dir: Path | None = None
         self._checker: BaselineChecker | None = None
+        self._checked = False  # a baseline check ran in this session
         self._failure_shown: set[str] = set()
         self.shared = distributed.worker_servers(config)  # under pytest-xdist: the run's shared servers
         self.run = distributed.ControllerRun(self.settings)  # the xdist controller's side (inert elsewhere)
@@ -249,10 +250,9 @@ class SGLangPlugin:
     def report(self) -> dict[str, object]:
         from pytest_sglang.report import build_report, summarize
 
-        checker = self._checker
-        report = build_report(self.ledger, machine=checker.machine(None) if checker else None,
-                              commit=checker.commit if checker else None,
-                              baseline_path=str(checker.store.path) if checker else None)
+        checker = self.checker  # the report names the machine it ran on, whether or not a baseline was checked
+        report = build_report(self.ledger, machine=checker.machine(None), commit=checker.commit,
+                              baseline_path=str(checker.store.path) if self._checked else None)
         return summarize(self.run.merged(report))  # sweeps and gates over every worker's benchmarks
 
     # pytest-xdist: the controller hands out the run folder, gathers the workers' ledgers, stops the servers.
@@ -347,6 +347,7 @@ class SGLangPlugin:
             pytest.skip(f"profile {profile!r}: this run did not start the server (--sglang-url), so it has no "
                         "startup time to check or record")
         label = self.server_label(server) if server is not None else self.ledger.server_versions.get(profile)
+        self._checked = True
         try:
             comp = self.checker.check(result, tolerances, profile=profile,
                                       test_id=strip_param(request.node.nodeid, profile), server=label,
