@@ -9,6 +9,8 @@
 # B: session "check" (default then nograph) on a fresh machine against the baseline A recorded (committed in
 #    results/baselines.json, nograph carrying default's entries), the client ceiling, session "rerun" (default).
 # C: benchmarks/calibrate.py --runs 4 on the gated test, each run its own pytest session and server.
+# E: the seeds' comparison, one session: --sglang-profile=baseline,eagle3 (profiles-eagle3.toml, test_eagle3.py):
+#    make_model.py makes the target and a random EAGLE-3 draft; $OUT/figures.jsonl gets each test's figures.
 # Everything goes to $OUT: terminal.txt, results.json, the reports, baselines.json, bundle.tar.gz (logs, HTML).
 set -u
 STAGE=${1:-A}
@@ -54,7 +56,8 @@ print(json.dumps(info, indent=1))
 open(sys.argv[1], "w").write(json.dumps(info, indent=1))
 PYEOF
   stamp "make model"
-  [ -f "$W/llama-random/config.json" ] || "$PY" benchmarks/gpu_sglang/make_model.py "$W/llama-random" 2>&1 | tail -3
+  { [ -f "$W/llama-random/config.json" ] && { [ -z "${DRAFT:-}" ] || [ -f "$DRAFT/config.json" ]; }; } ||
+    "$PY" benchmarks/gpu_sglang/make_model.py "$W/llama-random" ${DRAFT:+"$DRAFT"} 2>&1 | tail -3
   "$PY" -c "import json;c=json.load(open('$W/llama-random/config.json'));print({k:c.get(k) for k in ('architectures','hidden_size','intermediate_size','num_hidden_layers','num_attention_heads','num_key_value_heads','head_dim','vocab_size','torch_dtype','dtype')})"
   du -sh "$W/llama-random"
 }
@@ -140,11 +143,25 @@ stage_c() {  # C: benchmarks/calibrate.py itself, RUNS fresh pytest sessions (ea
   echo "$i calibration reports kept"
 }
 
-{ case "$STAGE" in A) stage_a ;; B) stage_b ;; C) stage_c ;; esac
+stage_e() {  # E: baseline then eagle3 in one pytest session, then the sglang_compare test
+  export DRAFT=$W/eagle3-random
+  setup || return 1
+  stamp "pytest session eagle3"
+  echo "+ pytest benchmarks/gpu_sglang/test_eagle3.py -p pytest_sglang.plugin --sglang-config=benchmarks/gpu_sglang/profiles-eagle3.toml --sglang-profile=baseline,eagle3 --sglang-report=$W/out/report-eagle3.json --sglang-log-dir=$W/out/logs-eagle3 -rA -v -p no:cacheprovider"
+  FIGURES=$OUT/figures.jsonl timeout -k 10 "${E_LIMIT:-215}" "$PY" -m pytest benchmarks/gpu_sglang/test_eagle3.py \
+    -p pytest_sglang.plugin --sglang-config=benchmarks/gpu_sglang/profiles-eagle3.toml \
+    --sglang-profile=baseline,eagle3 --sglang-report="$W/out/report-eagle3.json" \
+    --sglang-log-dir="$W/out/logs-eagle3" -rA -v -p no:cacheprovider
+  echo "pytest session eagle3 exit $?"
+  nvidia-smi --query-compute-apps=pid,used_memory --format=csv; pgrep -af sglang || echo "no sglang process left"
+}
+
+{ case "$STAGE" in A) stage_a ;; B) stage_b ;; C) stage_c ;; E) stage_e ;; esac
   stamp "summarize"
   "$PY" benchmarks/gpu_sglang/summarize.py "$W/out" "$W/out/results.json"
   stamp "done"; } 2>&1 | tee "$OUT/terminal.txt"
-for f in results.json report-record.json report-check.json report-rerun.json; do
+for f in results.json report-record.json report-check.json report-rerun.json report-eagle3.json \
+  machine.json release.jsonl; do
   cp "$W/out/$f" "$OUT/" 2>/dev/null; done
 cp "$W/out/report-check.html" "$W/out/calibrate.md" "$OUT/" 2>/dev/null
 # logs trimmed: the first 400 and last 200 lines of each server log
