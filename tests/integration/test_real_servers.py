@@ -4,9 +4,9 @@ One launch per server for every happy-path check, in two inner pytest sessions t
 --sglang-reuse:
   A  launches the server (kept for reuse), runs the inner tests and records the baseline
      (--sglang-update-baseline);
-  B  attaches to the same server, runs the same inner tests and checks them against that baseline
-     (--sglang-baseline-strict, so a missing baseline fails instead of passing with a note).
-Then the outer fixture stops the kept server with the plugin's own kill_tree and checks that no process of it
+  B  attaches to the same server, runs the same inner tests and checks them against that baseline (the outer
+     tests assert the baseline was found and nothing regressed; "not judged" on these noisy cores is allowed).
+Then the outer fixture stops the kept server with `pytest --sglang-stop` and checks that no process of it
 (launcher, scheduler, detokenizer / APIServer, EngineCore, Worker) survived. The server log must show exactly
 one start. The outer tests assert on the inner junit outcomes, the --sglang-report JSON and the log.
 
@@ -179,7 +179,10 @@ def _happy(kind: str, tmp_path_factory: pytest.TempPathFactory, tiny_models: Tin
         baseline_path = project.path / "baseline.json"
         baseline = json.loads(baseline_path.read_text()) if baseline_path.exists() else None
         if a.returncode == 0:
-            b = project.run(*common, "--sglang-baseline-strict", tag="b", env=env)
+            # Not strict: on 2 shared cores a check may be "not judged" (too noisy, client-bound), which is the
+            # gate's answer, not a failure of the mechanism; test_baseline_recorded_then_checked asserts the
+            # baseline was found and nothing regressed.
+            b = project.run(*common, tag="b", env=env)
     finally:
         _stop_reused(project)
         leftovers = reap(mark)
