@@ -26,7 +26,6 @@ from dataclasses import dataclass, field
 PROBE_INTERVAL_S = 0.005
 LAG_LIMIT_MS = 20.0  # p90 wake-up lag in ms below which the loop is never called late
 LAG_SHARE = 0.5  # ... and the share of the median TPOT it must also pass
-MIN_LAG_SAMPLES = 20  # a round too short for this many probes says nothing about the loop's lag (p90 = max)
 
 
 @dataclass
@@ -80,8 +79,7 @@ def judge_client(busy: float | None, lag: LagStats | None, median_tpot_ms: float
     if busy is not None and busy >= busy_limit:
         return (f"client-bound: the load generator's event loop was on the CPU {busy:.0%} of the round "
                 f"(limit {busy_limit:.0%}): the figures are a lower bound")
-    if (lag is not None and lag.samples >= MIN_LAG_SAMPLES and lag.p90_ms > LAG_LIMIT_MS
-            and lag.p90_ms > LAG_SHARE * median_tpot_ms):
+    if lag is not None and lag.p90_ms > LAG_LIMIT_MS and lag.p90_ms > LAG_SHARE * median_tpot_ms:
         return (f"client-bound: the load generator's event loop woke {lag.p90_ms:.1f} ms late (p90; max "
                 f"{lag.max_ms:.1f} ms), over {LAG_SHARE:.0%} of the median time per output token "
                 f"({median_tpot_ms:.1f} ms): its timestamps carry its own delay, the figures are a lower bound")
