@@ -9,7 +9,8 @@ a server and returns a :class:`BenchResult`. One module per job:
 * ``client``: the synchronous ``Client`` for the calls a test makes one at a time;
 * ``prompts``: prompts of an exact token length (``make_prompts``, ``load_tokenizer``);
 * ``metrics``: ``RequestRecord``, ``BenchResult``, ``compute_metrics``, ``percentile`` (the definitions);
-  ``combine_rounds`` and ``Spread`` (rounds: medians and spread), ``meets_slo`` (goodput);
+  ``combine_rounds`` and ``Spread`` (rounds: medians and spread);
+* ``slo``: ``meets_slo`` and ``check_slo``: per-request limits, for goodput;
 * ``runner``: ``run_bench`` (warmup, rounds, concurrency, Poisson arrivals) and ``expected_throughput``;
 * ``sweep``: ``sweep`` (one result per concurrency or request rate: the curve, its knee) and ``search_slo``
   (the highest concurrency or rate that meets an SLO).
@@ -29,13 +30,13 @@ from pytest_sglang.bench.metrics import (
     combine_rounds,
     compute_metrics,
     failure_text,
-    meets_slo,
     percentile,
     record_from_stream,
 )
 from pytest_sglang.bench.payloads import API_PATHS, Api, build_payload
 from pytest_sglang.bench.prompts import load_tokenizer, make_prompts
 from pytest_sglang.bench.runner import ServerLike, expected_throughput, run_bench
+from pytest_sglang.bench.slo import meets_slo
 from pytest_sglang.bench.stream import StreamResult
 from pytest_sglang.bench.sweep import BenchFixture, SloSearch, Sweep, knee_index, search_slo, sweep
 from pytest_sglang.errors import BenchmarkError, BenchmarkFailedError, ServerRequestError

@@ -33,11 +33,12 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 from pytest_sglang.bench.payloads import API_PATHS
+from pytest_sglang.bench.slo import meets_slo
 from pytest_sglang.bench.stream import StreamResult
 
 # Fields of BenchResult left out of to_dict(): the requests (on demand), what only the caller acts on, and the
@@ -56,7 +57,6 @@ ROUND_METRICS: tuple[str, ...] = (
 # Counters that add up over rounds (a failure in any round shows in the headline).
 _SUMMED = ("failed", "connection_errors", "chunk_count_mismatches", "server_token_counts_missing")
 # vllm bench serve --goodput's keys, in ms, and our names for them.
-SLO_KEYS = {"ttft_ms": "ttft", "tpot_ms": "tpot", "e2el_ms": "e2el"}
 
 
 @dataclass
@@ -309,33 +309,6 @@ def _stats(values_s: Sequence[float]) -> dict[str, float]:
         "p90": percentile(ms, 90),
         "p99": percentile(ms, 99),
     }
-
-
-def meets_slo(record: RequestRecord, slo: Mapping[str, float]) -> bool:
-    """Whether a completed request meets every limit of ``slo`` (ms, ``<=``), as vllm bench serve counts it."""
-    if not record.ok:
-        return False
-    ttft = record.ttft if record.ttft is not None else record.latency
-    tpot = (record.latency - ttft) / (record.output_tokens - 1) if record.output_tokens > 1 else 0.0
-    measured = {"ttft_ms": ttft, "tpot_ms": tpot, "e2el_ms": record.latency}
-    return all(measured[k] * 1000.0 <= float(limit) for k, limit in slo.items())
-
-
-def check_slo(slo: Mapping[str, Any]) -> dict[str, float]:
-    """``slo`` with vllm's short names (``ttft``, ``tpot``, ``e2el``) accepted; BenchmarkError for the rest."""
-    from pytest_sglang.errors import BenchmarkError
-
-    out: dict[str, float] = {}
-    for key, limit in slo.items():
-        name = key if key in SLO_KEYS else f"{key}_ms" if f"{key}_ms" in SLO_KEYS else None
-        if name is None:
-            raise BenchmarkError(f"slo key {key!r} unknown: use ttft_ms, tpot_ms and e2el_ms (milliseconds)")
-        if isinstance(limit, bool) or not isinstance(limit, (int, float)) or not limit > 0:
-            raise BenchmarkError(f"slo {key} must be a positive number of milliseconds, got {limit!r}")
-        out[name] = float(limit)
-    if not out:
-        raise BenchmarkError("slo needs at least one of ttft_ms, tpot_ms, e2el_ms")
-    return out
 
 
 def record_from_stream(s: StreamResult, prompt_tokens: int) -> RequestRecord:

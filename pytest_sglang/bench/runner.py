@@ -29,7 +29,6 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 from pytest_sglang.bench.client import Client
 from pytest_sglang.bench.metrics import (
     BenchResult,
-    check_slo,
     combine_rounds,
     compute_metrics,
     failure_text,
@@ -39,6 +38,7 @@ from pytest_sglang.bench.payloads import API_PATHS, Api, build_payload
 from pytest_sglang.bench.prompts import prepare_prompts
 from pytest_sglang.bench.selfcheck import LoopLagProbe, judge_client
 from pytest_sglang.bench.server_metrics import RoundWitness
+from pytest_sglang.bench.slo import check_slo
 from pytest_sglang.bench.stream import ConnectionPool, StreamResult, stream_request
 from pytest_sglang.errors import BenchmarkError, BenchmarkFailedError
 

@@ -19,7 +19,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from pytest_sglang.bench.metrics import BenchResult, check_slo, meets_slo
+from pytest_sglang.bench.metrics import BenchResult
+from pytest_sglang.bench.slo import check_slo, meets_slo
 from pytest_sglang.errors import BenchmarkError
 
 Param = Literal["concurrency", "request_rate"]
