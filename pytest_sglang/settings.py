@@ -85,7 +85,6 @@ class Settings:
     log_dir_option: str | None
     config_path: Path | None
     reuse: bool
-    stop: bool
     concurrent_profiles: bool
     distributed: bool  # this is the controller of a pytest-xdist run
     baseline_path: Path | None
@@ -107,7 +106,6 @@ class Settings:
             log_dir_option=opt("sglang_log_dir"),
             config_path=Path(config_path).resolve() if config_path else None,
             reuse=opt("sglang_reuse"),
-            stop=opt("sglang_stop"),
             concurrent_profiles=opt("sglang_concurrent_profiles"),
             distributed=getattr(config.option, "dist", "no") != "no" and not hasattr(config, "workerinput"),
             baseline_path=Path(baseline).resolve() if baseline else None,
