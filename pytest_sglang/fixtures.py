@@ -59,10 +59,13 @@ class ResultsView:
         except (ResultNotFoundError, PluginError, AssertionError) as exc:
             fail_with(exc)
 
-    def compare_outputs(self, profile_a: str, profile_b: str, *, allow_differing: int = 0) -> OutputComparison:
+    def compare_outputs(self, profile_a: str, profile_b: str, *, allow_differing: int = 0,
+                        tie_margin: float = 0.0) -> OutputComparison:
         """Fail unless the greedy outputs that ``sglang_outputs`` recorded under both profiles are equal; the
-        message names the first prompt and token position that differ, both texts shown around it.
-        ``allow_differing``: how many prompts may differ (servers known to differ in the last digits)."""
+        message names the first prompt and token position that differ, both texts shown around it, and (from
+        SGLang and vLLM) by how many nats each side's token led the other's there. ``tie_margin``: a divergence
+        where both leads are within it is a near tie (two kernels rounding differently) and does not count;
+        ``allow_differing``: how many prompts may differ whatever their margins."""
         from pytest_sglang.bench.outputs import compare_outputs
 
         for profile in (profile_a, profile_b):
@@ -73,10 +76,12 @@ class ResultsView:
                         "a test that runs under it (in this process: not across pytest-xdist workers)", pytrace=False)
         try:
             outcome = compare_outputs(self._ledger.outputs[profile_a], self._ledger.outputs[profile_b],
-                                      allow_differing=allow_differing)
+                                      allow_differing=allow_differing, tie_margin=tie_margin)
         except ValueError as exc:
             fail_with(exc)
-        self._ledger.notes.append(outcome.message.splitlines()[0])
+        note = outcome.message.splitlines()[0]
+        if note not in self._ledger.notes:  # the same comparison asked twice is one note
+            self._ledger.notes.append(note)
         if outcome.failed:
             pytest.fail(outcome.message, pytrace=False)
         return outcome

@@ -1,63 +1,98 @@
-"""User-side helpers for benchmarking `transformers serve` with pytest-sglang's stock fixtures.
+"""User-side instrumentation for the H200 run (no plugin change), and the transformers-serve tests' fixtures
+(tf_fixtures.py).
 
-`openai_strict`: transformers serve validates request bodies against the OpenAI schema and answers 422
-("Unexpected fields in the request: {'ignore_eos'}") for SGLang/vLLM extras. pytest_sglang.bench's build_payload
-always puts `ignore_eos` in an OpenAI body (True or False), and run_bench has no option to leave it out, so this
-fixture wraps the payload builder the runner imports and drops that one field. The served model has no EOS token
-(make_model.py), so every request still generates exactly `output_len` tokens. A workaround on the test side,
-not a change to the plugin: see RESULTS.md for the patch proposed to bench.py's owner.
-
-`text_prompts`: transformers serve's /v1/completions takes a string prompt only (token-id lists get 400
-"prompt must be a string."), while run_bench sends token ids on the completions API; so the tests give it text
-made with the model's own tokenizer, `input_len` tokens each.
+Times every teardown the plugin does: ``stop_and_release`` (SIGTERM, grace, SIGKILL, then the plugin's own wait
+until no pid of the tree is in NVML/nvidia-smi and the port is free) is wrapped where server/handle.py calls it,
+and ``wait_released`` where release.py calls it; a thread beside them polls ``nvidia-smi`` every 0.1 s for the
+tree's compute apps and the GPU's memory.used. One JSON line per teardown goes to $RELEASE_LOG.
 """
 
 from __future__ import annotations
 
-import random
+import json
+import os
+import subprocess
+import threading
+import time
 
-import pytest
+from tf_fixtures import openai_strict, text_prompts, tokenizer  # noqa: F401  (test_tf_server.py's fixtures)
 
+import pytest_sglang.launch.release as release
+import pytest_sglang.server.handle as handle
 
-@pytest.fixture
-def openai_strict(monkeypatch: pytest.MonkeyPatch) -> None:
-    import pytest_sglang.bench.runner as bench
-
-    original = bench.build_payload
-
-    def without_extras(*args, **kwargs):
-        path, body = original(*args, **kwargs)
-        if path.startswith("/v1/"):
-            body.pop("ignore_eos", None)
-        return path, body
-
-    monkeypatch.setattr(bench, "build_payload", without_extras)
+LOG = os.environ.get("RELEASE_LOG")
 
 
-@pytest.fixture(scope="session")
-def tokenizer(sglang_server):
-    from transformers import AutoTokenizer
+def _smi() -> tuple[list[tuple[int, int]], int | None]:
+    try:
+        apps = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
+                              capture_output=True, text=True, timeout=10).stdout
+        used = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
+                              capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.SubprocessError):
+        return [], None
+    rows = []
+    for line in apps.splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) == 2 and parts[0].isdigit():
+            rows.append((int(parts[0]), int(parts[1]) if parts[1].isdigit() else 0))
+    return rows, int(used.split()[0]) if used.strip() else None
 
-    return AutoTokenizer.from_pretrained(sglang_server.model, local_files_only=True)
+
+_timing: dict = {}
+_orig_wait = release.wait_released
+_orig_stop = handle.stop_and_release
 
 
-@pytest.fixture
-def text_prompts(tokenizer):
-    """``text_prompts(count, input_len)``: texts of input_len tokens (the server's usage gives the exact count)."""
+def _wait_released(*args, **kwargs):
+    _timing["wait_started"] = time.monotonic()
+    held = _orig_wait(*args, **kwargs)
+    _timing["wait_ended"] = time.monotonic()
+    _timing["held"] = held
+    return held
 
-    def make(count: int, input_len: int, seed: int = 0) -> list[str]:
-        rng = random.Random(seed)
-        specials = set(tokenizer.all_special_ids)
-        # tokens that decode to whole characters, so joined texts are valid UTF-8 and re-encode stably
-        ids_pool = [i for i in range(len(tokenizer))
-                    if i not in specials and "\ufffd" not in tokenizer.decode([i])]
-        out = []
-        for _ in range(count):
-            ids: list[int] = []
-            while len(ids) < input_len:  # re-encoding merges bytes; top up until the length holds
-                ids += [rng.choice(ids_pool) for _ in range(input_len - len(ids))]
-                ids = tokenizer.encode(tokenizer.decode(ids), add_special_tokens=False)[:input_len]
-            out.append(tokenizer.decode(ids))
-        return out
 
-    return make
+def _stop_and_release(process, *, grace, profile, host, port, on_status=None):
+    if not LOG:
+        return _orig_stop(process, grace=grace, profile=profile, host=host, port=port, on_status=on_status)
+    pids = release.tree_pids(process.pid, process.token)
+    members = getattr(process, "members", None)
+    if members is not None:
+        pids |= members.pids()
+    apps, used0 = _smi()
+    samples: list[tuple[float, int, int | None]] = []
+    stop = threading.Event()
+    t0 = time.monotonic()
+
+    def poll() -> None:
+        while not stop.is_set() and time.monotonic() - t0 < 150:
+            rows, used = _smi()
+            samples.append((round(time.monotonic() - t0, 3), sum(1 for p, _ in rows if p in pids), used))
+            time.sleep(0.1)
+
+    thread = threading.Thread(target=poll, daemon=True)
+    _timing.clear()
+    thread.start()
+    try:
+        return _orig_stop(process, grace=grace, profile=profile, host=host, port=port, on_status=on_status)
+    finally:
+        t_end = time.monotonic()
+        time.sleep(1.0)  # a second more of samples after the plugin let go
+        stop.set()
+        thread.join(15)
+        gone = next((t for t, n, _ in samples if n == 0), None)
+        rec = {"profile": profile, "tree_pids": sorted(pids),
+               "gpu_apps_before": [(p, m) for p, m in apps if p in pids], "memory_used_before_mib": used0,
+               "stop_seconds": round(_timing.get("wait_started", t_end) - t0, 3),
+               "plugin_release_wait_seconds": round(
+                   _timing.get("wait_ended", t_end) - _timing.get("wait_started", t_end), 3),
+               "teardown_total_seconds": round(t_end - t0, 3),
+               "smi_apps_gone_seconds": gone,
+               "memory_used_after_mib": samples[-1][2] if samples else None,
+               "held_at_bound": _timing.get("held"), "samples": samples}
+        with open(LOG, "a") as fh:
+            fh.write(json.dumps(rec) + "\n")
+
+
+release.wait_released = _wait_released
+handle.stop_and_release = _stop_and_release

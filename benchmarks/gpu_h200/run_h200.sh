@@ -1,93 +1,204 @@
 #!/usr/bin/env bash
-# The whole GPU flow in one device call, from the repository root:
-#   device run (carry .whl):  bash benchmarks/gpu_h200/run_h200.sh
-# 1. install the carried serving wheels (fastapi, uvicorn, pydantic, openai...) into /tmp/site;
-# 2. make the random-weight Llama model (make_model.py) and its broken-config twin;
-# 3. pytest run 1 with --sglang-update-baseline, run 2 comparing against it (same machine fingerprint);
-# 4. a fault run: the broken-config and bad-flag profiles must fail fast with the server's root cause.
-# Terminal output goes to $OUT/terminal.txt; reports, baselines and server logs to $OUT (few files: the device
-# tool brings back at most 8) and the rest in $OUT/bundle.tar.gz.
-# Local CPU rehearsal: H200_SMALL=1 H200_DEVICE=cpu WHEELS=none PY=/path/python bash run_h200.sh
+# The plugin's whole flow on the lent H200: real SGLang 0.5.23 first, `transformers serve` as the second server.
+# One stage per device call (from the repo root):
+#   device run (carry .whl-sglang):  bash benchmarks/gpu_h200/run_h200.sh F     (or A, B, C, E, T)
+# A: install the carried wheels; machine facts; make the model; session "record" (default profile,
+#    --sglang-update-baseline, the gated benchmark plus NOISE_REPEATS repeats and the sweep); copy default's
+#    baseline entries to the nograph profile; session "check" (default then nograph, no update: default's
+#    unchanged rerun must pass, nograph = CUDA graphs off must fail "regressed"); the client ceiling.
+#    (Seen: A's check session ran past its limit in nograph's gate, 7x slower; B redoes it with more time.)
+# B: session "check" (default then nograph) on a fresh machine against the baseline A recorded (committed in
+#    results/baselines.json, nograph carrying default's entries), the client ceiling, session "rerun" (default).
+# C: benchmarks/calibrate.py --runs 4 on the gated test, each run its own pytest session and server.
+# E: the seeds' comparison, one session: --sglang-profile=baseline,eagle3 (profiles-eagle3.toml, test_eagle3.py):
+#    make_model.py makes the target and a random EAGLE-3 draft; $OUT/figures.jsonl gets each test's figures.
+# T: the second server, `transformers serve` (profiles-tf.toml, test_tf_server.py, make_tf_model.py): a session
+#    recording its baseline (tf-serve, tf-serve-cb), one checking against it, and the fault session
+#    (tf-broken-config, tf-bad-flag: each must fail with the server's own root cause).
+# F: the whole flow on one machine: E with baseline-nograph beside baseline and eagle3 (the greedy outputs of
+#    each pair compared, with each divergence's logprob margins), then T's record and fault sessions.
+# Everything goes to $OUT: terminal.txt, results.json, the reports, baselines.json, bundle.tar.gz (logs, HTML).
 set -u
-OUT=${OUT:-/tmp/h200-out}
-W=${H200_WORK:-/tmp/h200}
+STAGE=${1:-A}
+OUT=${OUT:-/tmp/gpu-sglang-out}
+W=${GPU_WORK:-/tmp/gpu-sglang}
 PY=${PY:-python3}
-export H200_WORK=$W PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1
-mkdir -p "$OUT" "$W/hf-cache" "$W/out"
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
+export GPU_WORK=$W PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 RELEASE_LOG=$W/out/release.jsonl
+export SGLPROBE_NO_JIT=1 SGLANG_FORCE_FUSED_OP_BACKEND=torch SGLANG_SKIP_SGL_KERNEL_VERSION_CHECK=1 \
+  SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND=python NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 \
+  NVSHMEM_DISABLE_NVLS=1
+unset SGLANG_USE_CPU_ENGINE
+mkdir -p "$OUT" "$W/out"
 cd "$repo" || exit 1
+T0=$SECONDS
+stamp() { echo "=== $* ($(( SECONDS - T0 )) s)"; }
 
-main() {
-  local t0=$SECONDS
-  if [ "${WHEELS:-carry}" = carry ]; then
-    "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-      || { echo "wheel install failed"; return 1; }
-    export PYTHONPATH=/tmp/site:$repo
-  else
-    export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}$repo
-  fi
-  echo "=== machine"
-  nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv 2>&1 || echo "(no nvidia-smi)"
-  uname -r; nproc
-  "$PY" - <<'EOF'
-import importlib.metadata as m, sys
-print("python", sys.version.split()[0], sys.executable)
-for n in ("torch", "transformers", "tokenizers", "accelerate", "fastapi", "starlette", "uvicorn", "pydantic",
-          "openai", "pytest", "pytest-timeout", "requests", "psutil", "filelock"):
+setup() {
+  stamp "install wheels"
+  "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+    .whl-sglang/w/*.whl || { echo "wheel install failed"; return 1; }
+  export PYTHONPATH=$here/pypath:/tmp/site:$repo
+  stamp "machine"
+  nvidia-smi; nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv
+  uname -r; nproc; free -g | head -2
+  "$PY" - "$W/out/machine.json" <<'PYEOF'
+import importlib.metadata as m, json, os, subprocess, sys
+import torch
+info = {"python": sys.version.split()[0], "cores": os.cpu_count(), "kernel": os.uname().release,
+        "torch": torch.__version__, "cuda": torch.version.cuda, "cudnn": torch.backends.cudnn.version(),
+        "gpu": torch.cuda.get_device_name(0), "sm": torch.cuda.get_device_properties(0).multi_processor_count,
+        "gpu_memory_gib": round(torch.cuda.get_device_properties(0).total_memory / 2**30, 1),
+        "nvidia_smi": subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total",
+                                      "--format=csv,noheader"], capture_output=True, text=True).stdout.strip()}
+for n in ("sglang", "triton", "transformers", "tokenizers", "pytest", "nvidia-ml-py", "psutil", "requests",
+          "fastapi", "uvicorn", "xgrammar"):
     try:
-        print(f"  {n} {m.version(n)}")
+        info[n] = m.version(n)
     except m.PackageNotFoundError:
-        print(f"  {n} MISSING")
-try:
-    import torch
-    print("  cuda", torch.version.cuda, "devices", torch.cuda.device_count(),
-          torch.cuda.get_device_name(0) if torch.cuda.is_available() else "-")
-except Exception as e:
-    print("  torch:", e)
-EOF
-
-  echo "=== make model ($(( SECONDS - t0 )) s)"
-  local small=""
-  [ -n "${H200_SMALL:-}" ] && small="--small --device cpu"
-  # shellcheck disable=SC2086
-  "$PY" benchmarks/gpu_h200/make_model.py "$W" $small 2>&1 \
-    | grep -v "^\s*$" | grep -v "Writing model shards" || true
-  [ -f "$W/llama-random/config.json" ] || { echo "no model made"; return 1; }
+        info[n] = None
+print(json.dumps(info, indent=1))
+open(sys.argv[1], "w").write(json.dumps(info, indent=1))
+PYEOF
+  stamp "make model"
+  { [ -f "$W/llama-random/config.json" ] && { [ -z "${DRAFT:-}" ] || [ -f "$DRAFT/config.json" ]; }; } ||
+    "$PY" benchmarks/gpu_h200/make_model.py "$W/llama-random" ${DRAFT:+"$DRAFT"} 2>&1 | tail -3
+  "$PY" -c "import json;c=json.load(open('$W/llama-random/config.json'));print({k:c.get(k) for k in ('architectures','hidden_size','intermediate_size','num_hidden_layers','num_attention_heads','num_key_value_heads','head_dim','vocab_size','torch_dtype','dtype')})"
   du -sh "$W/llama-random"
-
-  local load=()  # the plugin registers through its pytest11 entry point once installed; else load it by name
-  "$PY" -c "import importlib.metadata as m, sys; sys.exit(any(e.value == 'pytest_sglang.plugin' for e in m.entry_points(group='pytest11')))" \
-    && load=(-p pytest_sglang.plugin)
-  local common=("${load[@]}" --sglang-config=benchmarks/gpu_h200/profiles.toml
-                --sglang-baseline="$W/out/baselines.json" -rA -v -p no:cacheprovider)
-  echo "=== pytest run 1: record the baseline ($(( SECONDS - t0 )) s)"
-  echo "+ pytest benchmarks/gpu_h200/test_gpu_server.py --sglang-profile=tf-serve,tf-serve-cb --sglang-update-baseline --sglang-report=$W/out/report1.json"
-  timeout -k 10 "${RUN_TIMEOUT:-210}" "$PY" -m pytest benchmarks/gpu_h200/test_gpu_server.py "${common[@]}" \
-    --sglang-profile=tf-serve,tf-serve-cb --sglang-update-baseline \
-    --sglang-report="$W/out/report1.json" --sglang-log-dir="$W/out/logs1"
-  echo "pytest run 1 exit $?"
-  cp "$W/out/baselines.json" "$W/out/baselines-after-run1.json" 2>/dev/null
-
-  echo "=== pytest run 2: compare against the baseline ($(( SECONDS - t0 )) s)"
-  echo "+ pytest benchmarks/gpu_h200/test_gpu_server.py --sglang-profile=tf-serve,tf-serve-cb --sglang-report=$W/out/report.json"
-  timeout -k 10 "${RUN_TIMEOUT:-210}" "$PY" -m pytest benchmarks/gpu_h200/test_gpu_server.py "${common[@]}" \
-    --sglang-profile=tf-serve,tf-serve-cb \
-    --sglang-report="$W/out/report.json" --sglang-log-dir="$W/out/logs2"
-  echo "pytest run 2 exit $?"
-
-  echo "=== pytest fault run ($(( SECONDS - t0 )) s)"
-  echo "+ pytest benchmarks/gpu_h200/test_gpu_fault.py --sglang-profile=tf-broken-config,tf-bad-flag"
-  timeout -k 10 120 "$PY" -m pytest benchmarks/gpu_h200/test_gpu_fault.py "${common[@]}" \
-    --sglang-profile=tf-broken-config,tf-bad-flag --sglang-log-dir="$W/out/logs-fault"
-  echo "pytest fault run exit $?"
-  echo "=== done ($(( SECONDS - t0 )) s)"
-  echo "leftover server processes:"; pgrep -af "transformers.cli.transformers serve" || echo "  none"
 }
 
-main 2>&1 | tee "$OUT/terminal.txt"
-cp "$W/out/report1.json" "$W/out/report.json" "$W/out/baselines.json" "$OUT/" 2>/dev/null
-cp "$W/out/logs2/tf-serve-cb.log" "$OUT/tf-serve-cb.log" 2>/dev/null
-cp "$W/out/logs-fault/tf-broken-config.log" "$OUT/tf-broken-config.log" 2>/dev/null
-tar -czf "$OUT/bundle.tar.gz" -C "$W/out" . 2>/dev/null
+session() {  # session NAME TIMEOUT pytest-args...: the SGLang tests (test_gpu_sglang.py, profiles.toml)
+  local name=$1 limit=$2; shift 2
+  run_pytest "$name" "$limit" test_gpu_sglang.py profiles.toml "$@"
+}
+
+run_pytest() {  # run_pytest NAME TIMEOUT TEST_FILE PROFILES_FILE pytest-args...
+  local name=$1 limit=$2 file=benchmarks/gpu_h200/$3 config=benchmarks/gpu_h200/$4; shift 4
+  stamp "pytest session $name"
+  echo "+ pytest $file -p pytest_sglang.plugin --sglang-config=$config --sglang-report=$W/out/report-$name.json --sglang-log-dir=$W/out/logs-$name -rA -v -p no:cacheprovider $*"
+  timeout -k 10 "$limit" "$PY" -m pytest "$file" -p pytest_sglang.plugin --sglang-config="$config" \
+    --sglang-report="$W/out/report-$name.json" --sglang-log-dir="$W/out/logs-$name" -rA -v -p no:cacheprovider "$@"
+  echo "pytest session $name exit $?"
+  nvidia-smi --query-compute-apps=pid,used_memory --format=csv
+  pgrep -af "sglang|transformers serve" | grep -v pgrep || echo "no server process left"
+}
+
+stage_a() {
+  setup || return 1
+  GATE_ROUNDS=5 NOISE_REPEATS=${NOISE_REPEATS:-5} session record 220 --sglang-profile=default \
+    --sglang-update-baseline --sglang-baseline="$W/out/baselines.json"
+  cp "$W/out/baselines.json" "$W/out/baselines-recorded.json"
+  "$PY" - "$W/out/baselines.json" <<'PYEOF'
+import copy, json, sys
+d = json.load(open(sys.argv[1]))
+d["baselines"]["nograph"] = copy.deepcopy(d["baselines"]["default"])
+json.dump(d, open(sys.argv[1], "w"), indent=1)
+print("copied default's baseline entries to nograph:", sorted(d["baselines"]["default"]))
+PYEOF
+  GATE_ROUNDS=5 SWEEP=1 session check 255 --sglang-profile=default,nograph --sglang-baseline="$W/out/baselines.json"
+  stamp "client ceiling"
+  timeout -k 5 45 "$PY" benchmarks/client_ceiling.py --levels 16,64,128,256 --decode-tok-s 200 --output-len 200 \
+    --waves 2 --json-out "$W/out/ceiling.json"
+}
+
+stage_b() {
+  setup || return 1
+  cp benchmarks/gpu_h200/results/baselines.json "$W/out/baselines.json"
+  GATE_ROUNDS=5 SWEEP=1 session check 330 --sglang-profile=default,nograph --sglang-baseline="$W/out/baselines.json"
+  stamp "client ceiling, with the client's own busy share"
+  timeout -k 5 50 "$PY" - "$W/out/ceiling.json" <<'PYEOF'
+import json, sys, tempfile
+from pathlib import Path
+sys.path.insert(0, "benchmarks")
+from client_ceiling import start_sim
+from pytest_sglang.bench import expected_throughput, run_bench
+import os, signal
+knobs = {"startup_seconds": 0.2, "decode_tok_s": 200.0, "ttft_ms": 20.0, "max_batch": 256}
+rows = []
+with tempfile.TemporaryDirectory() as tmp:
+    proc, url = start_sim(knobs, Path(tmp) / "sim.log")
+    try:
+        for c in (16, 32, 48, 64, 96, 128):
+            paced = expected_throughput(num_requests=2 * c, concurrency=c, output_len=200, ttft_s=0.02, decode_tok_s=200.0)
+            r = run_bench(url, num_requests=2 * c, concurrency=c, input_len=32, output_len=200, warmup=1, allow_failures=True)
+            rows.append({"concurrency": c, "paced_tok_s": paced, "ours_tok_s": r.output_throughput,
+                         "ours_ratio": r.output_throughput / paced, "client_busy": r.client_busy,
+                         "client_bound": r.client_bound, "failed": r.failed, "median_ttft_ms": r.median_ttft_ms})
+            print(json.dumps(rows[-1]), flush=True)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+ok = [x["paced_tok_s"] for x in rows if x["ours_ratio"] >= 0.97]
+json.dump({"ours_ceiling_tok_s": max(ok) if ok else 0.0, "tolerance": 0.03, "knobs": knobs, "output_len": 200,
+           "rows": rows}, open(sys.argv[1], "w"), indent=1)
+PYEOF
+  cp benchmarks/gpu_h200/results/call1/report-record.json "$W/out/" 2>/dev/null  # the across-session calibration
+  local rem=$(( 575 - (SECONDS - T0) ))
+  if [ "$rem" -gt 135 ]; then
+    GATE_ROUNDS=5 SWEEP=0 session rerun "$rem" --sglang-profile=default --sglang-baseline="$W/out/baselines.json"
+  else echo "no time left for the rerun session ($rem s)"; fi
+}
+
+stage_c() {  # C: benchmarks/calibrate.py itself, RUNS fresh pytest sessions (each its own server) on one machine
+  setup || return 1
+  stamp "calibrate.py --runs ${RUNS:-4}"
+  echo "+ python benchmarks/calibrate.py --runs ${RUNS:-4} --write $W/out/calibrate.md -- benchmarks/gpu_h200/test_gpu_sglang.py -k 'warm or gate' -p pytest_sglang.plugin --sglang-config=benchmarks/gpu_h200/profiles.toml --sglang-profile=default"
+  uptime
+  GATE_ROUNDS=5 timeout -k 10 "${CAL_LIMIT:-470}" "$PY" benchmarks/calibrate.py --runs "${RUNS:-4}" --write "$W/out/calibrate.md" \
+    -- benchmarks/gpu_h200/test_gpu_sglang.py -k "warm or gate" -p pytest_sglang.plugin \
+    --sglang-config=benchmarks/gpu_h200/profiles.toml --sglang-profile=default
+  echo "calibrate exit $?"; uptime
+  local i=0
+  for f in /tmp/sglang-calibrate-*/run-*.json; do [ -f "$f" ] || continue
+    cp "$f" "$W/out/report-cal$(basename "$f" .json | tr -d -c 0-9).json"; i=$((i+1)); done
+  echo "$i calibration reports kept"
+}
+
+stage_e() {  # E: baseline then eagle3 in one pytest session, then the sglang_compare tests
+  export DRAFT=$W/eagle3-random
+  setup || return 1
+  FIGURES=$OUT/figures.jsonl run_pytest eagle3 "${E_LIMIT:-215}" test_eagle3.py profiles-eagle3.toml \
+    --sglang-profile="${E_PROFILES:-baseline,eagle3}"
+}
+
+tf_model() {
+  stamp "make the transformers-serve model"
+  "$PY" benchmarks/gpu_h200/make_tf_model.py "$W/tf" 2>&1 | grep -v "^\s*$" | grep -v "Writing model shards" || true
+  mkdir -p "$W/tf/hf-cache"  # an existing, empty hub cache keeps GET /v1/models from answering 500 offline
+  [ -f "$W/tf/llama-random/config.json" ]
+}
+
+stage_t() {  # T: transformers serve, the second server: record, check, faults
+  [ -n "${SKIP_SETUP:-}" ] || setup || return 1
+  tf_model || { echo "no transformers-serve model made"; return 1; }
+  local base=(--sglang-baseline="$W/out/baselines-tf.json")
+  run_pytest tf-record "${T_LIMIT:-150}" test_tf_server.py profiles-tf.toml "${base[@]}" \
+    --sglang-profile="${T_PROFILES:-tf-serve,tf-serve-cb}" --sglang-update-baseline
+  [ -n "${T_CHECK-1}" ] && run_pytest tf-check "${T_LIMIT:-150}" test_tf_server.py profiles-tf.toml "${base[@]}" \
+    --sglang-profile="${T_PROFILES:-tf-serve,tf-serve-cb}"
+  run_pytest tf-fault 100 test_tf_fault.py profiles-tf.toml --sglang-profile=tf-broken-config,tf-bad-flag
+}
+
+stage_f() {  # F: the seeds' comparison with baseline-nograph beside it, then the second server
+  E_PROFILES=baseline,eagle3,baseline-nograph E_LIMIT=${E_LIMIT:-330} stage_e
+  local rem=$(( 570 - (SECONDS - T0) ))
+  if [ "$rem" -gt 120 ]; then
+    SKIP_SETUP=1 T_PROFILES=tf-serve T_CHECK="" T_LIMIT=$(( rem - 110 > 150 ? 150 : rem - 110 )) stage_t
+  else echo "no time left for the transformers-serve sessions ($rem s)"; fi
+}
+
+{ case "$STAGE" in A) stage_a ;; B) stage_b ;; C) stage_c ;; E) stage_e ;; T) stage_t ;; F) stage_f ;;
+    *) echo "unknown stage $STAGE: A, B, C, E, T or F" ;; esac
+  stamp "summarize"
+  "$PY" benchmarks/gpu_h200/summarize.py "$W/out" "$W/out/results.json"
+  stamp "done"; } 2>&1 | tee "$OUT/terminal.txt"
+for f in results.json report-record.json report-check.json report-rerun.json report-eagle3.json \
+  report-tf-record.json report-tf-fault.json; do  # machine.json, release.jsonl: in the bundle (8 files come back)
+  cp "$W/out/$f" "$OUT/" 2>/dev/null; done
+cp "$W/out/report-check.html" "$W/out/calibrate.md" "$OUT/" 2>/dev/null
+# logs trimmed: the first 400 and last 200 lines of each server log
+for d in "$W"/out/logs-*; do [ -d "$d" ] || continue
+  for l in "$d"/*.log; do [ -f "$l" ] || continue
+    { head -400 "$l"; echo "... [trimmed] ..."; tail -200 "$l"; } > "$l.trim" 2>/dev/null; done; done
+tar -czf "$OUT/bundle.tar.gz" -C "$W/out" --exclude='*.log' . 2>/dev/null
 ls -la "$OUT"

@@ -11,7 +11,7 @@ travels only in the ``Authorization`` header and is never part of a message or a
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import requests
@@ -116,11 +116,13 @@ class Client:
             return float(value) if value is not None else None
         return None
 
-    def generate(self, prompt: str | Sequence[int], *, max_new_tokens: int = 16, **sampling: Any) -> Any:
-        """Native ``/generate`` without streaming; returns the JSON answer."""
+    def generate(self, prompt: str | Sequence[int], *, max_new_tokens: int = 16,
+                 fields: Mapping[str, Any] | None = None, **sampling: Any) -> Any:
+        """Native ``/generate`` without streaming; returns the JSON answer. ``sampling`` goes into
+        ``sampling_params``, ``fields`` beside it (e.g. ``return_logprob``)."""
         _, body = build_payload("generate", prompt=prompt, output_len=max_new_tokens, stream=False,
                                 ignore_eos=sampling.pop("ignore_eos", False),
-                                temperature=sampling.pop("temperature", 0.0))
+                                temperature=sampling.pop("temperature", 0.0), extra=fields)
         body["sampling_params"].update(sampling)
         return self._json(self.post("/generate", body))
 

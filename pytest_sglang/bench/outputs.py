@@ -3,15 +3,21 @@
 Speculative decoding and kernel fusions must not change what a greedy model says. :func:`greedy_outputs`
 asks a server for each prompt's output at temperature 0 with a fixed ``max_tokens``, with the token ids where
 the API gives them: SGLang's native ``/generate`` (``output_ids``), vLLM's ``/v1/completions`` with
-``return_token_ids``, and the text alone from any other OpenAI-compatible server. :func:`compare_outputs`
-finds the first prompt and token position where two profiles' outputs differ and shows both texts around it;
-``allow_differing`` is the documented tolerance for servers known to differ in the last digits (that many
-prompts may differ). Knows nothing about pytest.
+``return_token_ids``, and the text alone from any other OpenAI-compatible server. From SGLang and vLLM it also
+takes each position's top logprobs, so that a divergence can be told apart: two kernels that round
+differently flip a greedy choice only where the model's two best tokens are nearly tied (vLLM's own tests
+accept such a flip; its check_logprobs_close asks that each token be in the other's top logprobs).
+
+:func:`compare_outputs` finds the first prompt and token position where two profiles' outputs differ, shows
+both texts around it and, with logprobs, each side's margin: how many nats its own token led the other's.
+``tie_margin`` accepts a divergence where both margins are within it (a near tie); ``allow_differing`` lets
+that many prompts differ whatever their margins. Knows nothing about pytest.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,6 +36,9 @@ DEFAULT_PROMPTS: tuple[str, ...] = (
     "The chemical symbol for gold is",
 )
 CONTEXT_CHARS = 40  # characters of each text shown on either side of the first difference
+TOP_LOGPROBS = 5  # candidates asked per output position (vLLM's default --max-logprobs is 20)
+
+TopLogprobs = tuple[tuple[tuple[int, float], ...] | None, ...]  # per output position: (token id, logprob), best first
 
 
 @dataclass(frozen=True)
@@ -40,6 +49,19 @@ class Output:
     max_tokens: int
     text: str
     token_ids: tuple[int, ...] | None = None
+    # Not part of equality: a rerun may round its logprobs differently while saying the same thing.
+    top_logprobs: TopLogprobs | None = field(default=None, compare=False, repr=False)
+
+    def margin(self, position: int, rival: int) -> float | None:
+        """How many nats this output's own token at ``position`` led ``rival`` there; None where the server
+        gave no logprobs or ``rival`` is not among its top candidates."""
+        if self.top_logprobs is None or self.token_ids is None or position >= len(self.top_logprobs):
+            return None
+        candidates = dict(self.top_logprobs[position] or ())
+        own = self.token_ids[position] if position < len(self.token_ids) else None
+        if own not in candidates or rival not in candidates:
+            return None
+        return candidates[own] - candidates[rival]
 
     @property
     def key(self) -> str:
@@ -70,14 +92,32 @@ class Difference:
     a: Output | None
     b: Output | None
 
+    @property
+    def margins(self) -> tuple[float | None, float | None]:
+        """Each side's lead, in nats, of its own token over the other side's at the first differing token."""
+        if self.token is None or self.a is None or self.b is None or self.a.token_ids is None \
+                or self.b.token_ids is None:
+            return None, None
+        ta, tb = _token_at(self.a.token_ids, self.token), _token_at(self.b.token_ids, self.token)
+        if ta is None or tb is None:
+            return None, None
+        return self.a.margin(self.token, tb), self.b.margin(self.token, ta)
+
+    def within(self, tie_margin: float) -> bool:
+        """A near tie: both sides' margins known and no wider than ``tie_margin``."""
+        ma, mb = self.margins
+        return ma is not None and mb is not None and max(ma, mb) <= tie_margin
+
 
 @dataclass(frozen=True)
 class OutputComparison:
     profile_a: str
     profile_b: str
     compared: int
-    differences: tuple[Difference, ...]
+    differences: tuple[Difference, ...]  # the divergences that count against allow_differing
     allow_differing: int
+    ties: tuple[Difference, ...] = ()  # divergences at a near tie, accepted by tie_margin
+    tie_margin: float = 0.0
 
     @property
     def failed(self) -> bool:
@@ -90,9 +130,17 @@ class OutputComparison:
             return f"greedy outputs of profiles {a!r} and {b!r}: no prompt was recorded under both"
         head = (f"greedy outputs differ between profiles {a!r} and {b!r}: {len(self.differences)} of "
                 f"{self.compared} prompts differ (allowed: {self.allow_differing})")
+        tied = ""
+        if self.ties:
+            tied = (f"{len(self.ties)} of {self.compared} prompts diverged at a near tie (both margins within "
+                    f"tie_margin={self.tie_margin:g} nats)")
         if not self.differences:
+            if self.ties:
+                return (f"greedy outputs of profiles {a!r} and {b!r}: {tied}, the rest equal\n"
+                        + "\n".join(describe(d, a, b) for d in self.ties[:3]))
             return f"greedy outputs of profiles {a!r} and {b!r} are equal on all {self.compared} prompts"
-        return head + "\n" + "\n".join(describe(d, a, b) for d in self.differences[:3]) + (
+        return head + (f"; {tied}" if tied else "") + "\n" + "\n".join(
+            describe(d, a, b) for d in self.differences[:3]) + (
             f"\n... and {len(self.differences) - 3} more" if len(self.differences) > 3 else "")
 
 
@@ -108,22 +156,50 @@ def _around(text: str, char: int) -> str:
         "..." if char + CONTEXT_CHARS < len(text) else "")
 
 
+def _token_at(ids: Sequence[int], position: int) -> int | None:
+    return ids[position] if position < len(ids) else None
+
+
+def _margin_text(d: Difference, a: str, b: str) -> str:
+    """Each side's margin at the divergence, and the tie_margin that would accept it."""
+    if d.a is None or d.b is None or d.a.top_logprobs is None or d.b.top_logprobs is None:
+        return ""
+    ma, mb = d.margins
+    if ma is None or mb is None:
+        return (f"\n    not a near tie: {a if ma is None else b}'s top {TOP_LOGPROBS} logprobs do not hold the "
+                "other profile's token")
+    return (f"\n    margins (from the servers' top logprobs): {a}'s token led {b}'s by {_nats(ma)} under {a}, "
+            f"{b}'s led {a}'s by {_nats(mb)} under {b}; compare_outputs(..., tie_margin={_round_up(max(ma, mb))}) "
+            "would accept this divergence as a near tie")
+
+
+def _nats(margin: float) -> str:
+    return "0 nats (an exact tie)" if margin == 0 else f"{margin:.3g} nats"
+
+
+def _round_up(x: float) -> str:
+    """A readable tie_margin at least ``x``: one significant digit, rounded up."""
+    if x <= 0:
+        return "0"
+    step = 10 ** math.floor(math.log10(x))
+    return f"{math.ceil(x / step - 1e-9) * step:.1g}"
+
+
 def describe(d: Difference, a: str, b: str) -> str:
-    """The first difference of one prompt: where, the two tokens, both texts around it."""
+    """The first difference of one prompt: where, the two tokens, both texts around it, the margins."""
     where = f"prompt {d.index} {_prompt_text(d.prompt)}"
     if d.a is None or d.b is None:
         return f"{where}: no output under profile {a if d.a is None else b!r} (recorded under the other only)"
     if d.token is not None and d.a.token_ids is not None and d.b.token_ids is not None:
-        ta = d.a.token_ids[d.token] if d.token < len(d.a.token_ids) else "(end)"
-        tb = d.b.token_ids[d.token] if d.token < len(d.b.token_ids) else "(end)"
+        ta, tb = _token_at(d.a.token_ids, d.token), _token_at(d.b.token_ids, d.token)
         pos = (f"first differing token at position {d.token} (of {len(d.a.token_ids)} and {len(d.b.token_ids)}): "
-               f"{a} {ta} vs {b} {tb}")
+               f"{a} {'(end)' if ta is None else ta} vs {b} {'(end)' if tb is None else tb}")
     else:
         pos = f"first differing character at {d.char} (compared as text: the server gave no token ids)"
     width = max(len(a), len(b)) + 1
     return (f"{where}: {pos}\n"
             f"    {a + ':':<{width}} {_around(d.a.text, d.char)}\n"
-            f"    {b + ':':<{width}} {_around(d.b.text, d.char)}")
+            f"    {b + ':':<{width}} {_around(d.b.text, d.char)}" + _margin_text(d, a, b))
 
 
 def _first_diff(x: Sequence[Any], y: Sequence[Any]) -> int | None:
@@ -133,11 +209,15 @@ def _first_diff(x: Sequence[Any], y: Sequence[Any]) -> int | None:
     return None if len(x) == len(y) else min(len(x), len(y))
 
 
-def compare_outputs(a: OutputSet, b: OutputSet, *, allow_differing: int = 0) -> OutputComparison:
+def compare_outputs(a: OutputSet, b: OutputSet, *, allow_differing: int = 0,
+                    tie_margin: float = 0.0) -> OutputComparison:
     """Compare the prompts recorded under both profiles (a prompt recorded under one only differs): token
-    ids where both sides have them, else the text."""
+    ids where both sides have them, else the text. A divergence whose two margins are both within
+    ``tie_margin`` nats is a near tie: reported, not counted."""
     if isinstance(allow_differing, bool) or not isinstance(allow_differing, int) or allow_differing < 0:
         raise ValueError(f"allow_differing must be a number of prompts (>= 0), got {allow_differing!r}")
+    if isinstance(tie_margin, bool) or not isinstance(tie_margin, (int, float)) or not 0 <= tie_margin < math.inf:
+        raise ValueError(f"tie_margin must be a logprob difference in nats (>= 0, e.g. 0.05), got {tie_margin!r}")
     keys = list(dict.fromkeys([*a.outputs, *b.outputs]))
     diffs: list[Difference] = []
     for index, key in enumerate(keys):
@@ -155,8 +235,10 @@ def compare_outputs(a: OutputSet, b: OutputSet, *, allow_differing: int = 0) -> 
         elif char is None:
             continue
         diffs.append(Difference(index, oa.prompt, token, char if char is not None else 0, oa, ob))
-    compared = len(keys)
-    return OutputComparison(a.profile, b.profile, compared, tuple(diffs), allow_differing)
+    ties = [d for d in diffs if tie_margin > 0 and d.within(tie_margin)]
+    counted = [d for d in diffs if not any(d is t for t in ties)]
+    return OutputComparison(a.profile, b.profile, len(keys), tuple(counted), allow_differing, tuple(ties),
+                            float(tie_margin))
 
 
 def greedy_outputs(client: Any, kind: str, prompts: Sequence[str | Sequence[int]], *, max_tokens: int = 32,
@@ -166,23 +248,71 @@ def greedy_outputs(client: Any, kind: str, prompts: Sequence[str | Sequence[int]
     outs = []
     for prompt in prompts:
         key: str | tuple[int, ...] = prompt if isinstance(prompt, str) else tuple(int(t) for t in prompt)
+        ask = prompt if isinstance(prompt, str) else list(prompt)
         if kind == "sglang":
-            answer = client.generate(prompt if isinstance(prompt, str) else list(prompt), max_new_tokens=max_tokens)
-            if isinstance(answer, list):
-                answer = answer[0]
-            ids = answer.get("output_ids")
-            outs.append(Output(key, max_tokens, str(answer.get("text") or ""),
-                               tuple(int(t) for t in ids) if isinstance(ids, list) else None))
-            continue
-        extra = {"return_token_ids": True} if kind == "vllm" else {}
-        answer = client.completions(prompt if isinstance(prompt, str) else list(prompt), max_tokens=max_tokens,
-                                    **({"model": model} if model else {}), **extra)
-        try:
-            choice = answer["choices"][0]
-        except (KeyError, IndexError, TypeError):
-            raise ServerRequestError(f"/v1/completions answered without choices: {json.dumps(answer)[:500]}",
-                                     status=200) from None
-        ids = choice.get("token_ids")
-        outs.append(Output(key, max_tokens, str(choice.get("text") or ""),
-                           tuple(int(t) for t in ids) if isinstance(ids, list) else None))
+            outs.append(_sglang_output(client, key, ask, max_tokens))
+        else:
+            outs.append(_openai_output(client, kind, key, ask, max_tokens, model))
     return outs
+
+
+def _with_logprobs(request: Any, fields: dict[str, Any]) -> tuple[Any, bool]:
+    """``request(fields)``, or ``request({})`` where the server refuses the logprob fields (an older server or a
+    mode without logprobs answers 4xx): (the answer, whether logprobs were asked)."""
+    try:
+        return request(fields), True
+    except ServerRequestError as exc:
+        if exc.status is None or not 400 <= exc.status < 500:
+            raise
+        return request({}), False
+
+
+def _sglang_output(client: Any, key: str | tuple[int, ...], prompt: str | list[int], max_tokens: int) -> Output:
+    answer, asked = _with_logprobs(
+        lambda fields: client.generate(prompt, max_new_tokens=max_tokens, fields=fields),
+        {"return_logprob": True, "top_logprobs_num": TOP_LOGPROBS})
+    if isinstance(answer, list):
+        answer = answer[0]
+    ids = answer.get("output_ids")
+    top = (answer.get("meta_info") or {}).get("output_top_logprobs") if asked else None
+    # SGLang: per position a list of [logprob, token id, text or null], or null
+    return Output(key, max_tokens, str(answer.get("text") or ""),
+                  tuple(int(t) for t in ids) if isinstance(ids, list) else None,
+                  _top_logprobs(top, lambda c: (c[1], c[0])))
+
+
+def _openai_output(client: Any, kind: str, key: str | tuple[int, ...], prompt: str | list[int], max_tokens: int,
+                   model: str | None) -> Output:
+    base: dict[str, Any] = {"model": model} if model else {}
+    if kind == "vllm":
+        base["return_token_ids"] = True
+    fields = {"logprobs": TOP_LOGPROBS, "return_tokens_as_token_ids": True} if kind == "vllm" else {}
+    answer, asked = _with_logprobs(
+        lambda more: client.completions(prompt, max_tokens=max_tokens, **base, **more), fields)
+    try:
+        choice = answer["choices"][0]
+    except (KeyError, IndexError, TypeError):
+        raise ServerRequestError(f"/v1/completions answered without choices: {json.dumps(answer)[:500]}",
+                                 status=200) from None
+    ids = choice.get("token_ids")
+    top = (choice.get("logprobs") or {}).get("top_logprobs") if asked and fields else None
+    # vLLM with return_tokens_as_token_ids: per position {"token_id:N": logprob}, or null
+    return Output(key, max_tokens, str(choice.get("text") or ""),
+                  tuple(int(t) for t in ids) if isinstance(ids, list) else None,
+                  _top_logprobs([list(p.items()) if isinstance(p, dict) else None for p in top]
+                                if isinstance(top, list) else None,
+                                lambda c: (int(str(c[0]).rsplit(":", 1)[1]), c[1])))
+
+
+def _top_logprobs(positions: Any, pair: Any) -> TopLogprobs | None:
+    """Each position's candidates as (token id, logprob), best first; None where the answer has none or a
+    shape this reader does not know (logprobs only explain a divergence, so they never fail a run)."""
+    if not isinstance(positions, list) or not positions:
+        return None
+    try:
+        out = tuple(None if cands is None else tuple(sorted(((int(t), float(lp)) for t, lp in map(pair, cands)),
+                                                            key=lambda c: -c[1]))
+                    for cands in positions)
+    except (TypeError, ValueError, IndexError, KeyError):
+        return None
+    return out

@@ -46,7 +46,7 @@ _KEY_TYPES: dict[str, tuple[tuple[type, ...], str]] = {
 SIM_KNOBS = frozenset({
     "startup_seconds", "decode_tok_s", "ttft_ms", "max_batch", "fault", "fault_after",
     "crash_after_requests", "ignore_sigterm", "accept_length", "spec_speedup", "jitter", "output_variant",
-    "vocab_size", "metrics_format", "metrics_skew",
+    "output_margin", "vocab_size", "metrics_format", "metrics_skew",
 })
 SIM_FAULTS = (None, "traceback", "exit", "hang", "bad-flag")
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")

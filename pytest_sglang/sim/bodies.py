@@ -1,6 +1,15 @@
-"""Reading the simulator's request bodies the way SGLang does, and the usage block it answers with."""
+"""Reading the simulator's request bodies the way SGLang does, and the usage and logprob blocks it answers
+with."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from pytest_sglang.sim.engine import detokenize
+
+# k -> each output position's k best (token id, logprob), the output's own token first (engine.top_candidates)
+Candidates = Callable[[int], list[list[tuple[int, float]]]]
 
 
 class BadRequest(Exception):
@@ -30,3 +39,32 @@ def message_text(message: object) -> str:
     if isinstance(content, list):
         return " ".join(str(part.get("text", "")) for part in content if isinstance(part, dict))
     return str(content or "")
+
+
+def native_logprobs(body: dict[str, Any], candidates: Candidates) -> dict[str, Any]:
+    """SGLang's ``return_logprob`` fields of meta_info: each output token's [logprob, id, text] and its top
+    ``top_logprobs_num`` candidates (text null: the simulator, like SGLang by default, does not decode them)."""
+    if not body.get("return_logprob"):
+        return {}
+    k = int_field(body.get("top_logprobs_num") or 0, "top_logprobs_num")
+    cands = candidates(max(k, 1))
+    return {"output_token_logprobs": [[c[0][1], c[0][0], None] for c in cands],
+            "output_top_logprobs": [[[lp, t, None] for t, lp in c[:k]] for c in cands] if k else []}
+
+
+def openai_logprobs(body: dict[str, Any], candidates: Candidates) -> dict[str, Any] | None:
+    """The completions ``logprobs`` object for ``logprobs: k``; with vLLM's ``return_tokens_as_token_ids`` the
+    tokens are named ``token_id:N``, else by their text."""
+    if body.get("logprobs") in (None, False):
+        return None
+    k = int_field(body["logprobs"], "logprobs")
+    as_ids = bool(body.get("return_tokens_as_token_ids"))
+
+    def name(token: int) -> str:
+        return f"token_id:{token}" if as_ids else detokenize([token])
+
+    cands = candidates(max(k, 1))
+    tokens = [name(c[0][0]) for c in cands]
+    return {"tokens": tokens, "token_logprobs": [c[0][1] for c in cands],
+            "top_logprobs": [{name(t): lp for t, lp in c[:k]} for c in cands],
+            "text_offset": [sum(len(x) for x in tokens[:i]) for i in range(len(tokens))]}

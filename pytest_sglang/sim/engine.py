@@ -51,6 +51,27 @@ def output_tokens(prompt: object, n: int, variant: int = 0) -> list[int]:
     return [TOKEN_ID_BASE + (seed + 7 * i + (variant if i >= VARIANT_FROM else 0)) % len(WORDS) for i in range(n)]
 
 
+def top_candidates(prompt: object, n: int, variant: int, k: int, margin: float) -> list[list[tuple[int, float]]]:
+    """Each output position's k best (token id, logprob): the output's own token first, then its rival,
+    ``margin`` nats behind: from VARIANT_FROM on, the token the other variant says there (variant 0's rival is
+    variant 1), so two variants' outputs diverge at a tie of that width; before it, the next word. The rest
+    trail by a nat each."""
+    own = output_tokens(prompt, n, variant)
+    rival = output_tokens(prompt, n, 1 if variant == 0 else 0)
+    out = []
+    for i, token in enumerate(own):
+        second = rival[i] if i >= VARIANT_FROM else TOKEN_ID_BASE + (token - TOKEN_ID_BASE + 1) % len(WORDS)
+        cands = [(token, -0.01), (second, -0.01 - margin)]
+        step = 1
+        while len(cands) < k:
+            extra = TOKEN_ID_BASE + (token - TOKEN_ID_BASE + 1 + step) % len(WORDS)
+            if extra not in (c[0] for c in cands):
+                cands.append((extra, -0.01 - margin - len(cands)))
+            step += 1
+        out.append(cands[:max(k, 0)])
+    return out
+
+
 def detokenize(ids: list[int]) -> str:
     return "".join(" " + WORDS[(t - TOKEN_ID_BASE) % len(WORDS)] for t in ids)
 

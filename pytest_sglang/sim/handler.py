@@ -9,11 +9,21 @@ import uuid
 from http.server import BaseHTTPRequestHandler
 from typing import TYPE_CHECKING, Any
 
-from pytest_sglang.sim.bodies import BadRequest, int_field, is_batch, message_text, usage
+from pytest_sglang.sim.bodies import (
+    BadRequest,
+    Candidates,
+    int_field,
+    is_batch,
+    message_text,
+    native_logprobs,
+    openai_logprobs,
+    usage,
+)
 from pytest_sglang.sim.engine import (
     count_prompt_tokens,
     detokenize,
     output_tokens,
+    top_candidates,
 )
 from pytest_sglang.sim.metrics import detokenize_any, tokenize
 
@@ -244,7 +254,8 @@ class Handler(BaseHTTPRequestHandler):
             def one(i: int, p: object) -> None:
                 out, e2e, steps = self.generate_one(p, n)
                 results[i] = {"text": detokenize(out), "output_ids": out,
-                              "meta_info": self.meta(uuid.uuid4().hex, p, out, n, steps, e2e)}
+                              "meta_info": {**self.meta(uuid.uuid4().hex, p, out, n, steps, e2e),
+                                            **native_logprobs(body, self.candidates(p, n))}}
 
             threads = [threading.Thread(target=one, args=(i, p), daemon=True) for i, p in enumerate(prompt)]
             for t in threads:
@@ -255,8 +266,14 @@ class Handler(BaseHTTPRequestHandler):
         else:
             out, e2e, steps = self.generate_one(prompt, n)
             self.send_json(200, {"text": detokenize(out), "output_ids": out,
-                                 "meta_info": self.meta(uuid.uuid4().hex, prompt, out, n, steps, e2e)})
+                                 "meta_info": {**self.meta(uuid.uuid4().hex, prompt, out, n, steps, e2e),
+                                               **native_logprobs(body, self.candidates(prompt, n))}})
         self.sim.request_done(self.is_warmup)
+
+    def candidates(self, prompt: object, n: int) -> Candidates:
+        """The top-k candidates of each output position, for the logprob fields of an answer."""
+        knobs = self.sim.knobs
+        return lambda k: top_candidates(prompt, n, knobs.output_variant, k, knobs.output_margin)
 
     def generate_stream(self, prompt: object, n: int) -> None:
         rid = uuid.uuid4().hex
@@ -325,8 +342,8 @@ class Handler(BaseHTTPRequestHandler):
                                                             "reasoning_content": None, "tool_calls": None},
                                     "logprobs": None, "finish_reason": "length", "matched_stop": None})
                 else:
-                    choices.append({"index": i, "text": text, "logprobs": None, "finish_reason": "length",
-                                    "matched_stop": None})
+                    choices.append({"index": i, "text": text, "logprobs": openai_logprobs(body, self.candidates(p, n)),
+                                    "finish_reason": "length", "matched_stop": None})
             self.send_json(200, {"id": cid, "object": obj, "created": created, "model": model,
                                  "choices": choices, "usage": usage(n_prompt, total_out)})
         self.sim.request_done(self.is_warmup)

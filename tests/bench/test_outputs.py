@@ -44,6 +44,46 @@ def test_text_only_servers_compare_characters_and_a_shorter_output_differs() -> 
     assert "first differing token at position 2 (of 3 and 2): a 3 vs b (end)" in out.message
 
 
+def _with_top(profile: str, ids: list[int], top: list[list[tuple[int, float]] | None]) -> OutputSet:
+    s = OutputSet(profile)
+    s.add([Output("p", len(ids), " ".join(map(str, ids)), tuple(ids), tuple(None if c is None else tuple(c)
+                                                                              for c in top))])
+    return s
+
+
+def test_a_divergence_names_each_sides_margin_and_the_tie_margin_that_accepts_it() -> None:
+    a = _with_top("baseline", [1, 2, 3], [[(1, -0.1)], [(2, -0.70), (9, -0.703)], [(3, -0.2)]])
+    b = _with_top("eagle3", [1, 9, 4], [[(1, -0.1)], [(9, -0.69), (2, -0.6945)], [(4, -0.3)]])
+    out = compare_outputs(a, b)
+    assert out.failed and out.differences[0].token == 1
+    ma, mb = out.differences[0].margins
+    assert ma == pytest.approx(0.003) and mb == pytest.approx(0.0045)
+    assert "margins (from the servers' top logprobs): baseline's token led eagle3's by 0.003 nats under " \
+           "baseline, eagle3's led baseline's by 0.0045 nats under eagle3; compare_outputs(..., tie_margin=0.005) " \
+           "would accept this divergence as a near tie" in out.message, out.message
+    tied = compare_outputs(a, b, tie_margin=0.005)
+    assert not tied.failed and tied.differences == () and len(tied.ties) == 1
+    assert tied.message.startswith("greedy outputs of profiles 'baseline' and 'eagle3': 1 of 1 prompts diverged "
+                                   "at a near tie (both margins within tie_margin=0.005 nats), the rest equal")
+    assert compare_outputs(a, b, tie_margin=0.004).failed  # eagle3's lead, 0.0045, is wider
+    # what the H200 showed: bf16 logits one step (1/64) apart on one side and equal on the other
+    tie = _with_top("eagle3", [1, 9, 4], [[(1, -0.1)], [(9, -0.5), (2, -0.5)], [(4, -0.3)]])
+    assert "eagle3's led baseline's by 0 nats (an exact tie) under eagle3" in compare_outputs(a, tie).message
+
+
+def test_no_near_tie_where_a_token_is_not_among_the_others_candidates() -> None:
+    a = _with_top("a", [1, 2], [[(1, -0.1)], [(2, -0.01), (7, -5.0)]])
+    b = _with_top("b", [1, 9], [[(1, -0.1)], [(9, -0.01), (2, -0.02)]])
+    out = compare_outputs(a, b, tie_margin=10.0)
+    assert out.failed and out.differences[0].margins == (None, 0.01)
+    assert "not a near tie: a's top 5 logprobs do not hold the other profile's token" in out.message, out.message
+    no_logprobs = compare_outputs(outset("a", [("p", "x y", [1, 2])]), outset("b", [("p", "x z", [1, 9])]),
+                                  tie_margin=10.0)
+    assert no_logprobs.failed and "margins" not in no_logprobs.message and "near tie" not in no_logprobs.message
+    with pytest.raises(ValueError, match="tie_margin must be a logprob difference in nats"):
+        compare_outputs(a, b, tie_margin=-1)
+
+
 def test_a_prompt_recorded_under_one_profile_only_differs() -> None:
     out = compare_outputs(outset("a", [("p", "x", [1]), ("q", "y", [2])]), outset("b", [("p", "x", [1])]))
     assert out.failed and "no output under profile 'b'" in out.message
@@ -75,14 +115,15 @@ def test_tolerated(sglang_results):
 '''
 
 
-def _project(pytester: pytest.Pytester, variant: int) -> None:
+def _project(pytester: pytest.Pytester, variant: int, margin: float = 4.0, inner: str = INNER) -> None:
+    knobs = f"startup_seconds = 0.3, decode_tok_s = 400, ttft_ms = 5, output_margin = {margin}"
     pytester.makefile(".toml", pyproject=(
         '[tool.pytest_sglang.profiles.baseline]\nmodel = "sim-model"\n'
-        "sim = { startup_seconds = 0.3, decode_tok_s = 400, ttft_ms = 5 }\n"
+        f"sim = {{ {knobs} }}\n"
         '[tool.pytest_sglang.profiles.eagle3]\nextends = "baseline"\n'
         'args = ["--speculative-algorithm", "EAGLE3"]\n'
-        f"sim = {{ startup_seconds = 0.3, decode_tok_s = 400, ttft_ms = 5, output_variant = {variant} }}\n"))
-    pytester.makepyfile(test_inner=INNER)
+        f"sim = {{ {knobs}, output_variant = {variant} }}\n"))
+    pytester.makepyfile(test_inner=inner)
 
 
 def _run(pytester: pytest.Pytester) -> pytest.RunResult:
@@ -105,3 +146,29 @@ def test_a_changed_output_fails_naming_prompt_and_token(pytester: pytest.Pyteste
     assert (f'prompt 0 "The capital city of France is": first differing token at position {VARIANT_FROM} (of 12 '
             "and 12)") in out, out
     assert "baseline: " in out and "eagle3:   " in out and "[>>]" in out
+    assert "margins (from the servers' top logprobs): baseline's token led eagle3's by 4 nats" in out, out
+
+
+NEAR_TIE = INNER.split("@pytest.mark.sglang_compare")[0] + '''
+@pytest.mark.sglang_compare
+def test_strict(sglang_results):
+    sglang_results.compare_outputs("baseline", "eagle3")
+
+
+@pytest.mark.sglang_compare
+def test_near_ties_accepted(sglang_results):
+    cmp = sglang_results.compare_outputs("baseline", "eagle3", tie_margin=0.01)
+    assert cmp.differences == () and len(cmp.ties) == 3
+'''
+
+
+def test_a_divergence_at_a_near_tie_fails_with_its_margins_unless_tie_margin_accepts_it(
+        pytester: pytest.Pytester) -> None:
+    _project(pytester, 1, margin=0.002, inner=NEAR_TIE)
+    result = _run(pytester)
+    result.assert_outcomes(passed=3, failed=1)
+    out = result.stdout.str()
+    assert "test_strict FAILED" in out or "FAILED test_inner.py::test_strict" in out, out
+    assert ("baseline's token led eagle3's by 0.002 nats under baseline, eagle3's led baseline's by 0.002 nats "
+            "under eagle3; compare_outputs(..., tie_margin=0.002) would accept this divergence as a near tie"
+            ) in out, out

@@ -73,7 +73,8 @@ def test_the_servers_tokenize_bounds_the_vocabulary(sglang_server):
 def test_outputs(sglang_outputs):
     outs = sglang_outputs([PROBE, "The capital city of France is", [40, 41, 42, 43, 44]], max_tokens=16)
     assert all(o.token_ids is not None and len(o.token_ids) == 16 for o in outs), outs
-    record("outputs", outputs=[[o.text, list(o.token_ids)] for o in outs])
+    record("outputs", outputs=[[o.text, list(o.token_ids)] for o in outs],
+           logprobs=[o.top_logprobs is not None for o in outs])
 
 
 def test_accept_length_is_current(sglang_server, sglang_bench):
@@ -169,6 +170,7 @@ def test_sglang_baseline_and_eagle3_in_one_session(sglang_pair: Session) -> None
 def test_sglang_greedy_outputs_equal_under_eagle3(sglang_pair: Session) -> None:
     outputs = _figures(sglang_pair, "outputs")
     assert len(outputs) == 2 and outputs[0]["outputs"] == outputs[1]["outputs"], outputs
+    assert all(all(f["logprobs"]) for f in outputs), outputs  # both servers, EAGLE-3 too, gave top logprobs
     (cmp,) = _figures(sglang_pair, "compare")
     assert cmp["prompts"] == 3
     print(f"\nSGLang output tok/s: baseline {cmp['baseline_tok_s']:.1f}, eagle3 {cmp['eagle3_tok_s']:.1f} "

@@ -1,4 +1,4 @@
-"""Run only with the fault profiles (run_h200.sh does): the server cannot start, so this test errors in setup,
+"""Run only with the fault profiles (run_h200.sh T does): the server cannot start, so this test errors in setup,
 and the error must carry the real server's root-cause line."""
 
 

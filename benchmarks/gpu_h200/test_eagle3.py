@@ -1,9 +1,11 @@
-"""The seeds' comparison on real SGLang: ``--sglang-profile=baseline,eagle3`` (profiles-eagle3.toml).
+"""The seeds' comparison on real SGLang: ``--sglang-profile=baseline,eagle3`` (profiles-eagle3.toml), with
+``baseline-nograph`` beside them where run_h200.sh F asks for it.
 
 Per profile: the startup and its phases, a small ``sglang_bench`` (16 requests, concurrency 4), and the greedy
-outputs of 3 prompts x 16 tokens; then, after both profiles, ``sglang_results.compare_outputs("eagle3",
-"baseline")`` and the two benchmarks side by side with EAGLE-3's accept length. Each figure is also one JSON line
-in $FIGURES (run_sglang.sh E), so it survives a failed comparison.
+outputs of 9 prompts x 32 tokens with each position's top logprobs; then, after the profiles,
+``sglang_results.compare_outputs`` for each pair that ran (eagle3 against baseline is the seeds' check; the pairs
+with baseline-nograph separate speculative decoding from CUDA graphs), and the benchmarks side by side with
+EAGLE-3's accept length. Each figure is also one JSON line in $FIGURES, so it survives a failed comparison.
 """
 
 from __future__ import annotations
@@ -13,9 +15,12 @@ import os
 
 import pytest
 
+from pytest_sglang.bench.outputs import DEFAULT_PROMPTS
+
 BENCH = dict(num_requests=16, concurrency=4, input_len=128, output_len=64, warmup=4)
-PROMPTS = ["The capital city of France is", "def fibonacci(n):", [40, 41, 42, 43, 44]]
-MAX_TOKENS = 16
+PROMPTS = [*DEFAULT_PROMPTS, [40, 41, 42, 43, 44]]
+MAX_TOKENS = 32
+PAIRS = [("eagle3", "baseline"), ("baseline-nograph", "baseline"), ("eagle3", "baseline-nograph")]
 
 
 def record(kind: str, **figures) -> None:
@@ -50,21 +55,29 @@ def test_bench(sglang_server, sglang_bench):
 def test_outputs(sglang_server, sglang_outputs):
     outs = sglang_outputs(PROMPTS, max_tokens=MAX_TOKENS)
     record("outputs", profile=sglang_server.profile,
-           outputs=[[o.text, list(o.token_ids) if o.token_ids is not None else None] for o in outs])
+           outputs=[[o.text, list(o.token_ids) if o.token_ids is not None else None] for o in outs],
+           top2_margins=[[round(c[0][1] - c[1][1], 5) if c and len(c) > 1 else None for c in o.top_logprobs]
+                         if o.top_logprobs else None for o in outs])
     assert all(o.token_ids is not None and len(o.token_ids) == MAX_TOKENS for o in outs)
 
 
 @pytest.mark.sglang_compare
-def test_eagle3_vs_baseline(sglang_results):
+def test_eagle3_vs_baseline_throughput(sglang_results):
     base = sglang_results.get("baseline", "test_bench")
     eagle = sglang_results.get("eagle3", "test_bench")
     record("compare", baseline_tok_s=base.output_throughput, eagle3_tok_s=eagle.output_throughput,
            ratio=eagle.output_throughput / base.output_throughput, eagle3_accept_length=eagle.accept_length,
            eagle3_accept_length_source=eagle.accept_length_source,
            eagle3_server_accept_length=eagle.server_accept_length)
-    try:
-        cmp = sglang_results.compare_outputs("eagle3", "baseline")
-    except pytest.fail.Exception as exc:
-        record("outputs_compared", equal=False, message=str(exc))
-        raise
-    record("outputs_compared", equal=not cmp.differences, compared=cmp.compared, message=cmp.message)
+
+
+@pytest.mark.sglang_compare
+@pytest.mark.parametrize(("a", "b"), PAIRS, ids=[f"{a}-vs-{b}" for a, b in PAIRS])
+def test_greedy_outputs_equal(sglang_results, a, b):
+    """Strict: every token equal. The margins of each divergence are recorded first (a comparison that lets
+    every prompt differ returns them without failing)."""
+    seen = sglang_results.compare_outputs(a, b, allow_differing=len(PROMPTS))
+    record("outputs_compared", a=a, b=b, compared=seen.compared, differing=len(seen.differences),
+           divergences=[{"prompt": d.index, "token": d.token, "margins": list(d.margins)} for d in seen.differences],
+           message=seen.message)
+    sglang_results.compare_outputs(a, b)

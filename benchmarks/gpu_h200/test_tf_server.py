@@ -1,5 +1,5 @@
-"""What a user writes against a real GPU inference server: `transformers serve` on one H200 (profiles.toml),
-launched, watched and benchmarked by pytest-sglang's stock fixtures. run_h200.sh runs it."""
+"""What a user writes against a real GPU inference server: `transformers serve` on one H200 (profiles-tf.toml),
+launched, watched and benchmarked by pytest-sglang's stock fixtures. run_h200.sh T runs it."""
 
 from __future__ import annotations
 
