@@ -37,6 +37,9 @@ DEFAULT_PROMPTS: tuple[str, ...] = (
 )
 CONTEXT_CHARS = 40  # characters of each text shown on either side of the first difference
 TOP_LOGPROBS = 5  # candidates asked per output position (vLLM's default --max-logprobs is 20)
+# Where the message calls a divergence a near tie: two tokens whose probabilities are within about 10 % (bf16
+# logits step by 1/64 to 1/16 nat at common magnitudes). Only the wording; tie_margin alone decides.
+NEAR_TIE_NATS = 0.1
 
 TopLogprobs = tuple[tuple[tuple[int, float], ...] | None, ...]  # per output position: (token id, logprob), best first
 
@@ -168,9 +171,12 @@ def _margin_text(d: Difference, a: str, b: str) -> str:
     if ma is None or mb is None:
         return (f"\n    not a near tie: {a if ma is None else b}'s top {TOP_LOGPROBS} logprobs do not hold the "
                 "other profile's token")
-    return (f"\n    margins (from the servers' top logprobs): {a}'s token led {b}'s by {_nats(ma)} under {a}, "
-            f"{b}'s led {a}'s by {_nats(mb)} under {b}; compare_outputs(..., tie_margin={_round_up(max(ma, mb))}) "
-            "would accept this divergence as a near tie")
+    leads = (f"\n    margins (from the servers' top logprobs): {a}'s token led {b}'s by {_nats(ma)} under {a}, "
+             f"{b}'s led {a}'s by {_nats(mb)} under {b}")
+    if max(ma, mb) > NEAR_TIE_NATS:
+        return leads + f"; not a near tie (a lead over {NEAR_TIE_NATS:g} nats is a preference, not rounding)"
+    return leads + (f"; a near tie: compare_outputs(..., tie_margin={_round_up(max(ma, mb))}) would accept this "
+                    "divergence")
 
 
 def _nats(margin: float) -> str:

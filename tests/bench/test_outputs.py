@@ -59,8 +59,8 @@ def test_a_divergence_names_each_sides_margin_and_the_tie_margin_that_accepts_it
     ma, mb = out.differences[0].margins
     assert ma == pytest.approx(0.003) and mb == pytest.approx(0.0045)
     assert "margins (from the servers' top logprobs): baseline's token led eagle3's by 0.003 nats under " \
-           "baseline, eagle3's led baseline's by 0.0045 nats under eagle3; compare_outputs(..., tie_margin=0.005) " \
-           "would accept this divergence as a near tie" in out.message, out.message
+           "baseline, eagle3's led baseline's by 0.0045 nats under eagle3; a near tie: compare_outputs(..., " \
+           "tie_margin=0.005) would accept this divergence" in out.message, out.message
     tied = compare_outputs(a, b, tie_margin=0.005)
     assert not tied.failed and tied.differences == () and len(tied.ties) == 1
     assert tied.message.startswith("greedy outputs of profiles 'baseline' and 'eagle3': 1 of 1 prompts diverged "
@@ -146,7 +146,9 @@ def test_a_changed_output_fails_naming_prompt_and_token(pytester: pytest.Pyteste
     assert (f'prompt 0 "The capital city of France is": first differing token at position {VARIANT_FROM} (of 12 '
             "and 12)") in out, out
     assert "baseline: " in out and "eagle3:   " in out and "[>>]" in out
-    assert "margins (from the servers' top logprobs): baseline's token led eagle3's by 4 nats" in out, out
+    assert ("margins (from the servers' top logprobs): baseline's token led eagle3's by 4 nats under baseline, "
+            "eagle3's led baseline's by 4 nats under eagle3; not a near tie (a lead over 0.1 nats is a preference, "
+            "not rounding)") in out, out
 
 
 NEAR_TIE = INNER.split("@pytest.mark.sglang_compare")[0] + '''
@@ -170,5 +172,4 @@ def test_a_divergence_at_a_near_tie_fails_with_its_margins_unless_tie_margin_acc
     out = result.stdout.str()
     assert "test_strict FAILED" in out or "FAILED test_inner.py::test_strict" in out, out
     assert ("baseline's token led eagle3's by 0.002 nats under baseline, eagle3's led baseline's by 0.002 nats "
-            "under eagle3; compare_outputs(..., tie_margin=0.002) would accept this divergence as a near tie"
-            ) in out, out
+            "under eagle3; a near tie: compare_outputs(..., tie_margin=0.002) would accept this divergence") in out, out
