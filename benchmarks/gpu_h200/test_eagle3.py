@@ -21,6 +21,9 @@ BENCH = dict(num_requests=16, concurrency=4, input_len=128, output_len=64, warmu
 PROMPTS = [*DEFAULT_PROMPTS, [40, 41, 42, 43, 44]]
 MAX_TOKENS = 32
 PAIRS = [("eagle3", "baseline"), ("baseline-nograph", "baseline"), ("eagle3", "baseline-nograph")]
+# Two bf16 steps at logits of magnitude 2 to 4 (1/32 nat) and some slack: m5's strict comparison found every
+# flip at an exact tie on one side and one or two such steps on the other (docs/gpu.md).
+TIE_MARGIN = 0.04
 
 
 def record(kind: str, **figures) -> None:
@@ -81,3 +84,13 @@ def test_greedy_outputs_equal(sglang_results, a, b):
            divergences=[{"prompt": d.index, "token": d.token, "margins": list(d.margins)} for d in seen.differences],
            message=seen.message)
     sglang_results.compare_outputs(a, b)
+
+
+@pytest.mark.sglang_compare
+@pytest.mark.parametrize(("a", "b"), PAIRS, ids=[f"{a}-vs-{b}" for a, b in PAIRS])
+def test_greedy_outputs_equal_up_to_bf16_ties(sglang_results, a, b):
+    """What a user writes once a strict comparison showed flips at a bf16 step or two: those pass as near ties,
+    any other difference still fails."""
+    cmp = sglang_results.compare_outputs(a, b, tie_margin=TIE_MARGIN)
+    record("outputs_within_ties", a=a, b=b, compared=cmp.compared, ties=len(cmp.ties),
+           differing=len(cmp.differences), message=cmp.message)
