@@ -125,6 +125,26 @@ class ServerHandle:
 
 
 @dataclass(eq=False)
+class LoggedCrashes:
+    """The crashes a server's log shows, less the one it was last seen to survive (a request error the server
+    logged and lived through must not make every later test wait for a death)."""
+
+    watcher: LogWatcher | None
+    _survived_at: float | None = None
+
+    def seen(self) -> bool:
+        if self.watcher is None:
+            return False
+        self.watcher.poll(time.monotonic())
+        failing = self.watcher.failing_since
+        return failing is not None and failing != self._survived_at
+
+    def survived(self) -> None:
+        if self.watcher is not None:
+            self._survived_at = self.watcher.failing_since
+
+
+@dataclass(eq=False)
 class LaunchedLiveness:
     """A server this run started: its process, its log watcher, and its health probe once a crash is logged."""
 
@@ -138,7 +158,9 @@ class LaunchedLiveness:
     shutdown_grace: float
     keep: bool = False  # --sglang-reuse: the server outlives the session
     on_status: Callable[[str], None] | None = None  # says so when the stopped server is slow to let go of a GPU
-    _survived_at: float | None = None
+
+    def __post_init__(self) -> None:
+        self.crashes = LoggedCrashes(self.watcher)
 
     def death(self) -> ServerDiedError | None:
         now = time.monotonic()
@@ -158,12 +180,10 @@ class LaunchedLiveness:
         return None
 
     def logged_crash(self) -> bool:
-        self.watcher.poll(time.monotonic())
-        failing = self.watcher.failing_since
-        return failing is not None and failing != self._survived_at
+        return self.crashes.seen()
 
     def survived(self) -> None:
-        self._survived_at = self.watcher.failing_since
+        self.crashes.survived()
 
     def close(self) -> None:
         if self.keep and self.process.poll() is None:

@@ -32,7 +32,7 @@ from filelock import FileLock
 from pytest_sglang.errors import Diagnosis, PluginError, ServerDiedError
 from pytest_sglang.launch.plan import LaunchPlan, base_url
 from pytest_sglang.launch.release import kill_and_release
-from pytest_sglang.server.handle import LaunchedLiveness, ServerHandle
+from pytest_sglang.server.handle import LaunchedLiveness, LoggedCrashes, ServerHandle
 from pytest_sglang.server.origins import launch_server
 from pytest_sglang.server.ready import Probe, RecordCallback, StatusCallback
 from pytest_sglang.server.record import StartupRecord
@@ -238,7 +238,9 @@ class JoinedLiveness:
     log_path: Path | None
     watcher: LogWatcher | None
     health: Probe | None
-    _survived_at: float | None = None
+
+    def __post_init__(self) -> None:
+        self.crashes = LoggedCrashes(self.watcher)
 
     def death(self) -> ServerDiedError | None:
         if _alive(self.pid):
@@ -254,15 +256,10 @@ class JoinedLiveness:
                                hints=["every later test that uses this server fails with this same error"])
 
     def logged_crash(self) -> bool:
-        if self.watcher is None:
-            return False
-        self.watcher.poll(time.monotonic())
-        failing = self.watcher.failing_since
-        return failing is not None and failing != self._survived_at
+        return self.crashes.seen()
 
     def survived(self) -> None:
-        if self.watcher is not None:
-            self._survived_at = self.watcher.failing_since
+        self.crashes.survived()
 
     def close(self) -> None:
         pass
