@@ -49,7 +49,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 
-from helpers import marked_processes, profile_toml, wait_for_no_processes  # noqa: E402
+from helpers import FakeGpu, marked_processes, profile_toml, wait_for_no_processes  # noqa: E402
 
 DOC = REPO / "docs" / "reliability.md"
 LEFT_WAIT_S = 15.0
@@ -527,31 +527,6 @@ def test_later(sglang_server):
     return outcome
 
 
-FAKE_SMI = r'''#!{python}
-"""nvidia-smi stand-in (as tests/test_release.py's): lines "PID MIB HOLDER_PID"; PID is listed while HOLDER lives."""
-import os, sys
-def alive(pid):
-    try:
-        with open(f"/proc/{{pid}}/stat") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-    except OSError:
-        return False
-if any(a.startswith("--query-gpu=") for a in sys.argv):
-    print("0, 00000000:1B:00.0")
-    sys.exit(0)
-if not any(a.startswith("--query-compute-apps=") for a in sys.argv):
-    sys.exit(6)
-try:
-    lines = open(os.environ["FAKE_GPU_CONFIG"]).read().split("\n")
-except OSError:
-    lines = []
-for line in lines:
-    if line.strip():
-        pid, mib, holder = line.split()
-        if alive(int(holder)):
-            print(f"{{pid}}, {{mib}}, 00000000:1B:00.0")
-'''
-
 GPU_TESTS = """
 import os, psutil
 def test_uses_the_gpu(sglang_server):
@@ -568,17 +543,11 @@ def test_uses_the_gpu(sglang_server):
 
 
 def gpu_held(ctx: Ctx) -> Outcome:
-    bin_dir = ctx.path / "bin"
-    bin_dir.mkdir()
-    smi = bin_dir / "nvidia-smi"
-    smi.write_text(FAKE_SMI.format(python=sys.executable))
-    smi.chmod(0o755)
+    gpu = FakeGpu(ctx.path)
     holder = subprocess.Popen(["sleep", "120"])
     try:
         ctx.project(ctx.profile('args = ["--tp", "2"]'), GPU_TESTS)
-        env = {"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "PYTEST_SGLANG_GPU_QUERY": "nvidia-smi",
-               "FAKE_GPU_CONFIG": str(ctx.path / "gpu.txt"), "GPU_HOLDER": str(holder.pid),
-               "PYTEST_SGLANG_RELEASE_TIMEOUT": "2"}
+        env = {**gpu.env(), "GPU_HOLDER": str(holder.pid), "PYTEST_SGLANG_RELEASE_TIMEOUT": "2"}
         run = ctx.pytest("--sglang-profile=p", "--sglang-sim", env=env)
     finally:
         holder.kill()

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers import dead_pid, profile_toml
+from helpers import FakeGpu, dead_pid, profile_toml
 
 from pytest_sglang.errors import PortInUseError, ResourcesHeldWarning
 from pytest_sglang.launch.gpus import GpuUse, gpu_processes
@@ -27,62 +27,11 @@ from pytest_sglang.launch.release import stop_and_release, wait_for_dying_holder
 
 pytestmark = pytest.mark.timeout(120)
 
-FAKE_SMI = r'''#!{python}
-"""A stand-in for nvidia-smi: config lines "PID MIB HOLDER_PID"; PID is reported while HOLDER_PID lives."""
-import os, sys
-calls = os.environ.get("FAKE_GPU_CALLS")
-if calls:
-    with open(calls, "a") as fh:
-        fh.write(" ".join(sys.argv[1:]) + "\n")
-def alive(pid):
-    try:
-        with open(f"/proc/{{pid}}/stat") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-    except OSError:
-        return False
-if any(a.startswith("--query-gpu=") for a in sys.argv):
-    print("0, 00000000:1B:00.0")
-    print("1, 00000000:43:00.0")
-    sys.exit(0)
-if not any(a.startswith("--query-compute-apps=") for a in sys.argv):
-    sys.exit(6)
-try:
-    lines = open(os.environ["FAKE_GPU_CONFIG"]).read().split("\n")
-except OSError:
-    lines = []
-for line in lines:
-    if line.strip():
-        pid, mib, holder = line.split()
-        if alive(int(holder)):
-            print(f"{{pid}}, {{mib}}, 00000000:1B:00.0")
-'''
-
-
-class FakeGpu:
-    def __init__(self, folder: Path) -> None:
-        self.bin = folder / "bin"
-        self.bin.mkdir()
-        self.config = folder / "gpu-config.txt"
-        self.calls = folder / "gpu-calls.txt"
-        smi = self.bin / "nvidia-smi"
-        smi.write_text(FAKE_SMI.format(python=sys.executable))
-        smi.chmod(0o755)
-
-    def hold(self, pid: int, mib: int = 2048, holder: int | None = None) -> None:
-        with open(self.config, "a") as fh:
-            fh.write(f"{pid} {mib} {holder or pid}\n")
-
-    def queries(self) -> list[str]:
-        return self.calls.read_text().splitlines() if self.calls.exists() else []
-
-
 @pytest.fixture
 def fake_gpu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeGpu:
     gpu = FakeGpu(tmp_path)
-    monkeypatch.setenv("PATH", f"{gpu.bin}{os.pathsep}{os.environ['PATH']}")
-    monkeypatch.setenv("PYTEST_SGLANG_GPU_QUERY", "nvidia-smi")
-    monkeypatch.setenv("FAKE_GPU_CONFIG", str(gpu.config))
-    monkeypatch.setenv("FAKE_GPU_CALLS", str(gpu.calls))
+    for name, value in gpu.env().items():
+        monkeypatch.setenv(name, value)
     return gpu
 
 
