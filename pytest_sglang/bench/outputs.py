@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -55,14 +55,19 @@ class Output:
     # Not part of equality: a rerun may round its logprobs differently while saying the same thing.
     top_logprobs: TopLogprobs | None = field(default=None, compare=False, repr=False)
 
+    def candidates(self, position: int) -> dict[int, float] | None:
+        """The server's top candidates at ``position`` (token id -> logprob); None where it gave none."""
+        if self.top_logprobs is None or position >= len(self.top_logprobs):
+            return None
+        listed = self.top_logprobs[position]
+        return dict(listed) if listed is not None else None
+
     def margin(self, position: int, rival: int) -> float | None:
         """How many nats this output's own token at ``position`` led ``rival`` there; None where the server
-        gave no logprobs or ``rival`` is not among its top candidates."""
-        if self.top_logprobs is None or self.token_ids is None or position >= len(self.top_logprobs):
-            return None
-        candidates = dict(self.top_logprobs[position] or ())
-        own = self.token_ids[position] if position < len(self.token_ids) else None
-        if own not in candidates or rival not in candidates:
+        gave no logprobs there or either token is not among its top candidates."""
+        candidates = self.candidates(position)
+        own = _token_at(self.token_ids, position) if self.token_ids is not None else None
+        if candidates is None or own not in candidates or rival not in candidates:
             return None
         return candidates[own] - candidates[rival]
 
@@ -107,9 +112,10 @@ class Difference:
         return self.a.margin(self.token, tb), self.b.margin(self.token, ta)
 
     def within(self, tie_margin: float) -> bool:
-        """A near tie: both sides' margins known and no wider than ``tie_margin``."""
+        """A near tie: both sides' margins known and no wider than ``tie_margin`` either way (a side whose own
+        token trailed its rival by more was not choosing greedily between the two)."""
         ma, mb = self.margins
-        return ma is not None and mb is not None and max(ma, mb) <= tie_margin
+        return ma is not None and mb is not None and max(abs(ma), abs(mb)) <= tie_margin
 
 
 @dataclass(frozen=True)
@@ -140,7 +146,7 @@ class OutputComparison:
         if not self.differences:
             if self.ties:
                 return (f"greedy outputs of profiles {a!r} and {b!r}: {tied}, the rest equal\n"
-                        + "\n".join(describe(d, a, b) for d in self.ties[:3]))
+                        + "\n".join(describe(d, a, b, accepted=True) for d in self.ties[:3]))
             return f"greedy outputs of profiles {a!r} and {b!r} are equal on all {self.compared} prompts"
         return head + (f"; {tied}" if tied else "") + "\n" + "\n".join(
             describe(d, a, b) for d in self.differences[:3]) + (
@@ -163,20 +169,38 @@ def _token_at(ids: Sequence[int], position: int) -> int | None:
     return ids[position] if position < len(ids) else None
 
 
-def _margin_text(d: Difference, a: str, b: str) -> str:
-    """Each side's margin at the divergence, and the tie_margin that would accept it."""
-    if d.a is None or d.b is None or d.a.top_logprobs is None or d.b.top_logprobs is None:
+def _margin_text(d: Difference, a: str, b: str, *, accepted: bool) -> str:
+    """Each side's margin at the divergence and what it makes of it, or why there is none; "" where neither
+    server gave logprobs or the outputs were compared as text."""
+    if d.token is None or d.a is None or d.b is None or d.a.top_logprobs is None and d.b.top_logprobs is None:
         return ""
     ma, mb = d.margins
     if ma is None or mb is None:
-        return (f"\n    not a near tie: {a if ma is None else b}'s top {TOP_LOGPROBS} logprobs do not hold the "
-                "other profile's token")
+        return "\n    no margins: " + _why_no_margin(d, a, b)
     leads = (f"\n    margins (from the servers' top logprobs): {a}'s token led {b}'s by {_nats(ma)} under {a}, "
              f"{b}'s led {a}'s by {_nats(mb)} under {b}")
-    if max(ma, mb) > NEAR_TIE_NATS:
+    widest = max(abs(ma), abs(mb))
+    if accepted:
+        return leads + "; accepted as a near tie"
+    if widest > NEAR_TIE_NATS or min(ma, mb) < 0:
         return leads + f"; not a near tie (a lead over {NEAR_TIE_NATS:g} nats is a preference, not rounding)"
-    return leads + (f"; a near tie: compare_outputs(..., tie_margin={_round_up(max(ma, mb))}) would accept this "
-                    "divergence")
+    return leads + f"; a near tie: compare_outputs(..., tie_margin={_round_up(widest)}) would accept this divergence"
+
+
+def _why_no_margin(d: Difference, a: str, b: str) -> str:
+    assert d.a is not None and d.b is not None
+    pos, ids_a, ids_b = d.token, d.a.token_ids, d.b.token_ids
+    if pos is None or ids_a is None or ids_b is None or pos >= min(len(ids_a), len(ids_b)):
+        return "one output ended there"
+    sides = ((a, d.a, ids_b[pos]), (b, d.b, ids_a[pos]))
+    for name, out, _rival in sides:
+        if out.candidates(pos) is None:
+            return f"{name} gave no logprobs at position {pos}"
+    for name, out, rival in sides:
+        if out.margin(pos, rival) is None:
+            return (f"{name}'s top {len(out.candidates(pos) or ())} logprobs do not hold the other profile's token "
+                    "(not a near tie)")
+    return "the servers' logprobs did not say"
 
 
 def _nats(margin: float) -> str:
@@ -184,15 +208,18 @@ def _nats(margin: float) -> str:
 
 
 def _round_up(x: float) -> str:
-    """A readable tie_margin at least ``x``: one significant digit, rounded up."""
+    """A readable tie_margin that accepts a lead of ``x``: one significant digit, rounded up; a positive one
+    for an exact tie (tie_margin=0 accepts nothing)."""
     if x <= 0:
-        return "0"
+        return "0.001"
     step = 10 ** math.floor(math.log10(x))
-    return f"{math.ceil(x / step - 1e-9) * step:.1g}"
+    text = f"{math.ceil(x / step) * step:.1g}"
+    return text if float(text) >= x else f"{float(text) + step:.1g}"
 
 
-def describe(d: Difference, a: str, b: str) -> str:
-    """The first difference of one prompt: where, the two tokens, both texts around it, the margins."""
+def describe(d: Difference, a: str, b: str, *, accepted: bool = False) -> str:
+    """The first difference of one prompt: where, the two tokens, both texts around it, the margins
+    (``accepted``: tie_margin took it as a near tie)."""
     where = f"prompt {d.index} {_prompt_text(d.prompt)}"
     if d.a is None or d.b is None:
         return f"{where}: no output under profile {a if d.a is None else b!r} (recorded under the other only)"
@@ -205,7 +232,7 @@ def describe(d: Difference, a: str, b: str) -> str:
     width = max(len(a), len(b)) + 1
     return (f"{where}: {pos}\n"
             f"    {a + ':':<{width}} {_around(d.a.text, d.char)}\n"
-            f"    {b + ':':<{width}} {_around(d.b.text, d.char)}" + _margin_text(d, a, b))
+            f"    {b + ':':<{width}} {_around(d.b.text, d.char)}" + _margin_text(d, a, b, accepted=accepted))
 
 
 def _first_diff(x: Sequence[Any], y: Sequence[Any]) -> int | None:
@@ -241,8 +268,10 @@ def compare_outputs(a: OutputSet, b: OutputSet, *, allow_differing: int = 0,
         elif char is None:
             continue
         diffs.append(Difference(index, oa.prompt, token, char if char is not None else 0, oa, ob))
-    ties = [d for d in diffs if tie_margin > 0 and d.within(tie_margin)]
-    counted = [d for d in diffs if not any(d is t for t in ties)]
+    ties: list[Difference] = []
+    counted: list[Difference] = []
+    for d in diffs:
+        (ties if tie_margin > 0 and d.within(tie_margin) else counted).append(d)
     return OutputComparison(a.profile, b.profile, len(keys), tuple(counted), allow_differing, tuple(ties),
                             float(tie_margin))
 
@@ -250,19 +279,20 @@ def compare_outputs(a: OutputSet, b: OutputSet, *, allow_differing: int = 0,
 def greedy_outputs(client: Any, kind: str, prompts: Sequence[str | Sequence[int]], *, max_tokens: int = 32,
                    model: str | None = None) -> list[Output]:
     """Each prompt's greedy output (temperature 0, ``max_tokens`` new tokens) from the server behind
-    ``client`` (a :class:`~pytest_sglang.bench.client.Client`), one request at a time."""
+    ``client`` (a :class:`~pytest_sglang.bench.client.Client`), one request at a time, with each position's top
+    logprobs from SGLang and vLLM (a server that refuses them with a 4xx is asked again without)."""
     outs = []
     for prompt in prompts:
         key: str | tuple[int, ...] = prompt if isinstance(prompt, str) else tuple(int(t) for t in prompt)
-        ask = prompt if isinstance(prompt, str) else list(prompt)
+        sent = prompt if isinstance(prompt, str) else list(prompt)
         if kind == "sglang":
-            outs.append(_sglang_output(client, key, ask, max_tokens))
+            outs.append(_sglang_output(client, key, sent, max_tokens))
         else:
-            outs.append(_openai_output(client, kind, key, ask, max_tokens, model))
+            outs.append(_openai_output(client, kind, key, sent, max_tokens, model))
     return outs
 
 
-def _with_logprobs(request: Any, fields: dict[str, Any]) -> tuple[Any, bool]:
+def _with_logprobs(request: Callable[[dict[str, Any]], Any], fields: dict[str, Any]) -> tuple[Any, bool]:
     """``request(fields)``, or ``request({})`` where the server refuses the logprob fields (an older server or a
     mode without logprobs answers 4xx): (the answer, whether logprobs were asked)."""
     try:
@@ -280,45 +310,64 @@ def _sglang_output(client: Any, key: str | tuple[int, ...], prompt: str | list[i
     if isinstance(answer, list):
         answer = answer[0]
     ids = answer.get("output_ids")
-    top = (answer.get("meta_info") or {}).get("output_top_logprobs") if asked else None
-    # SGLang: per position a list of [logprob, token id, text or null], or null
+    meta = answer.get("meta_info")
+    top = meta.get("output_top_logprobs") if asked and isinstance(meta, dict) else None
     return Output(key, max_tokens, str(answer.get("text") or ""),
                   tuple(int(t) for t in ids) if isinstance(ids, list) else None,
-                  _top_logprobs(top, lambda c: (c[1], c[0])))
+                  _top_logprobs(top, _sglang_candidate))
 
 
 def _openai_output(client: Any, kind: str, key: str | tuple[int, ...], prompt: str | list[int], max_tokens: int,
                    model: str | None) -> Output:
     base: dict[str, Any] = {"model": model} if model else {}
-    if kind == "vllm":
+    if kind != "vllm":  # a strict OpenAI server: only what the API defines
+        answer, asked = client.completions(prompt, max_tokens=max_tokens, **base), False
+    else:
         base["return_token_ids"] = True
-    fields = {"logprobs": TOP_LOGPROBS, "return_tokens_as_token_ids": True} if kind == "vllm" else {}
-    answer, asked = _with_logprobs(
-        lambda more: client.completions(prompt, max_tokens=max_tokens, **base, **more), fields)
+        answer, asked = _with_logprobs(
+            lambda more: client.completions(prompt, max_tokens=max_tokens, **base, **more),
+            {"logprobs": TOP_LOGPROBS, "return_tokens_as_token_ids": True})
     try:
         choice = answer["choices"][0]
     except (KeyError, IndexError, TypeError):
         raise ServerRequestError(f"/v1/completions answered without choices: {json.dumps(answer)[:500]}",
                                  status=200) from None
     ids = choice.get("token_ids")
-    top = (choice.get("logprobs") or {}).get("top_logprobs") if asked and fields else None
-    # vLLM with return_tokens_as_token_ids: per position {"token_id:N": logprob}, or null
+    logprobs = choice.get("logprobs")
+    top = logprobs.get("top_logprobs") if asked and isinstance(logprobs, dict) else None
     return Output(key, max_tokens, str(choice.get("text") or ""),
                   tuple(int(t) for t in ids) if isinstance(ids, list) else None,
                   _top_logprobs([list(p.items()) if isinstance(p, dict) else None for p in top]
-                                if isinstance(top, list) else None,
-                                lambda c: (int(str(c[0]).rsplit(":", 1)[1]), c[1])))
+                                if isinstance(top, list) else None, _vllm_candidate))
 
 
-def _top_logprobs(positions: Any, pair: Any) -> TopLogprobs | None:
-    """Each position's candidates as (token id, logprob), best first; None where the answer has none or a
-    shape this reader does not know (logprobs only explain a divergence, so they never fail a run)."""
+def _sglang_candidate(entry: Any) -> tuple[int, float]:
+    """SGLang's ``[logprob, token id, text or null]``."""
+    return int(entry[1]), float(entry[0])
+
+
+def _vllm_candidate(entry: Any) -> tuple[int, float]:
+    """vLLM's ``("token_id:N", logprob)`` under return_tokens_as_token_ids."""
+    name, logprob = entry
+    if not (isinstance(name, str) and name.startswith("token_id:")):
+        raise ValueError(f"not a token id: {name!r}")
+    return int(name.removeprefix("token_id:")), float(logprob)
+
+
+def _top_logprobs(positions: Any, candidate: Callable[[Any], tuple[int, float]]) -> TopLogprobs | None:
+    """Each position's candidates as (token id, logprob), best first; a position the reader cannot read is
+    None, and so is the whole where the answer has no list (logprobs only explain a divergence, so they never
+    fail a run)."""
     if not isinstance(positions, list) or not positions:
         return None
-    try:
-        out = tuple(None if cands is None else tuple(sorted(((int(t), float(lp)) for t, lp in map(pair, cands)),
-                                                            key=lambda c: -c[1]))
-                    for cands in positions)
-    except (TypeError, ValueError, IndexError, KeyError):
+    return tuple(_position(cands, candidate) for cands in positions)
+
+
+def _position(cands: Any, candidate: Callable[[Any], tuple[int, float]]) -> tuple[tuple[int, float], ...] | None:
+    if not isinstance(cands, list):
         return None
-    return out
+    try:
+        read = [candidate(c) for c in cands]
+    except (TypeError, ValueError, IndexError, KeyError, OverflowError):
+        return None
+    return tuple(sorted(read, key=lambda c: -c[1]))

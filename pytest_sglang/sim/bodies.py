@@ -41,12 +41,20 @@ def message_text(message: object) -> str:
     return str(content or "")
 
 
+def logprob_count(body: dict[str, Any], api: str) -> int:
+    """How many top logprobs per position the body asks for (0: none), read before any work is done."""
+    if api == "generate":
+        return int_field(body.get("top_logprobs_num") or 0, "top_logprobs_num") if body.get("return_logprob") else 0
+    value = body.get("logprobs")
+    return 0 if value in (None, False) else max(1, int_field(value, "logprobs"))
+
+
 def native_logprobs(body: dict[str, Any], candidates: Candidates) -> dict[str, Any]:
     """SGLang's ``return_logprob`` fields of meta_info: each output token's [logprob, id, text] and its top
     ``top_logprobs_num`` candidates (text null: the simulator, like SGLang by default, does not decode them)."""
     if not body.get("return_logprob"):
         return {}
-    k = int_field(body.get("top_logprobs_num") or 0, "top_logprobs_num")
+    k = logprob_count(body, "generate")
     cands = candidates(max(k, 1))
     return {"output_token_logprobs": [[c[0][1], c[0][0], None] for c in cands],
             "output_top_logprobs": [[[lp, t, None] for t, lp in c[:k]] for c in cands] if k else []}
@@ -55,16 +63,16 @@ def native_logprobs(body: dict[str, Any], candidates: Candidates) -> dict[str, A
 def openai_logprobs(body: dict[str, Any], candidates: Candidates) -> dict[str, Any] | None:
     """The completions ``logprobs`` object for ``logprobs: k``; with vLLM's ``return_tokens_as_token_ids`` the
     tokens are named ``token_id:N``, else by their text."""
-    if body.get("logprobs") in (None, False):
+    k = logprob_count(body, "completions")
+    if not k:
         return None
-    k = int_field(body["logprobs"], "logprobs")
     as_ids = bool(body.get("return_tokens_as_token_ids"))
 
     def name(token: int) -> str:
         return f"token_id:{token}" if as_ids else detokenize([token])
 
-    cands = candidates(max(k, 1))
-    tokens = [name(c[0][0]) for c in cands]
-    return {"tokens": tokens, "token_logprobs": [c[0][1] for c in cands],
-            "top_logprobs": [{name(t): lp for t, lp in c[:k]} for c in cands],
-            "text_offset": [sum(len(x) for x in tokens[:i]) for i in range(len(tokens))]}
+    cands = candidates(k)
+    texts = [detokenize([c[0][0]]) for c in cands]
+    return {"tokens": [name(c[0][0]) for c in cands], "token_logprobs": [c[0][1] for c in cands],
+            "top_logprobs": [{name(t): lp for t, lp in c} for c in cands],
+            "text_offset": [sum(len(x) for x in texts[:i]) for i in range(len(texts))]}

@@ -28,7 +28,7 @@ class Knobs:
     spec_speedup: float = 1.0  # per-request pace multiplier under speculative decoding
     jitter: float = 0.0  # fraction: each benchmark round's pace (decode and TTFT) varies at random by up to this
     output_variant: int = 0  # not 0: every output token from the 5th on differs from variant 0's (engine.py)
-    output_margin: float = 4.0  # logprob lead (nats) of each output token over its rival: the other variant's
+    output_margin: float = 4.0  # nats each output token leads its runner-up by (the other variant's token)
     vocab_size: int = 32000  # token ids at or above it are answered 400 "out of vocabulary"; /tokenize keeps below
     metrics_format: str = "sglang"  # /metrics in SGLang's names (with --enable-metrics) or "vllm" (always)
     metrics_skew: int = 0  # /metrics counts this many generation tokens too many per request (a miscounting server)

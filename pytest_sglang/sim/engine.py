@@ -52,23 +52,24 @@ def output_tokens(prompt: object, n: int, variant: int = 0) -> list[int]:
 
 
 def top_candidates(prompt: object, n: int, variant: int, k: int, margin: float) -> list[list[tuple[int, float]]]:
-    """Each output position's k best (token id, logprob): the output's own token first, then its rival,
-    ``margin`` nats behind: from VARIANT_FROM on, the token the other variant says there (variant 0's rival is
-    variant 1), so two variants' outputs diverge at a tie of that width; before it, the next word. The rest
-    trail by a nat each."""
+    """Each output position's k best (token id, logprob), at most the vocabulary's len(WORDS): the output's own
+    token first, then its rival ``margin`` nats behind (from VARIANT_FROM on, the token the other variant says
+    there, variant 0's rival being variant 1, so two variants diverge at a tie of that width; before it, the
+    next word), then the next words, a nat apart."""
     own = output_tokens(prompt, n, variant)
     rival = output_tokens(prompt, n, 1 if variant == 0 else 0)
+    k = min(k, len(WORDS))
     out = []
     for i, token in enumerate(own):
         second = rival[i] if i >= VARIANT_FROM else TOKEN_ID_BASE + (token - TOKEN_ID_BASE + 1) % len(WORDS)
-        cands = [(token, -0.01), (second, -0.01 - margin)]
+        cands = [(token, -0.01), (second, -0.01 - margin)][:k]
         step = 1
         while len(cands) < k:
-            extra = TOKEN_ID_BASE + (token - TOKEN_ID_BASE + 1 + step) % len(WORDS)
-            if extra not in (c[0] for c in cands):
+            extra = TOKEN_ID_BASE + (token - TOKEN_ID_BASE + step) % len(WORDS)
+            if all(extra != c[0] for c in cands):
                 cands.append((extra, -0.01 - margin - len(cands)))
             step += 1
-        out.append(cands[:max(k, 0)])
+        out.append(cands)
     return out
 
 

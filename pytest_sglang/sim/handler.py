@@ -14,6 +14,7 @@ from pytest_sglang.sim.bodies import (
     Candidates,
     int_field,
     is_batch,
+    logprob_count,
     message_text,
     native_logprobs,
     openai_logprobs,
@@ -240,6 +241,7 @@ class Handler(BaseHTTPRequestHandler):
         if isinstance(sp, list):
             sp = sp[0] if sp else {}
         n = int_field(sp.get("max_new_tokens", DEFAULT_MAX_TOKENS), "max_new_tokens")
+        logprob_count(body, "generate")  # a bad field is answered 400 before any work
         batch = is_batch(prompt)
         if body.get("stream"):
             if batch:
@@ -319,6 +321,7 @@ class Handler(BaseHTTPRequestHandler):
             prompts = list(prompt) if is_batch(prompt) else [prompt]
         n = int_field(body.get("max_tokens", body.get("max_completion_tokens")) or DEFAULT_MAX_TOKENS,
                       "max_tokens")
+        logprob_count(body, "completions")
         model = self.sim.args.served_model_name
         created = int(time.time())
         cid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex

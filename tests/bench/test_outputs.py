@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_sglang.bench.outputs import Output, OutputSet, compare_outputs
+from pytest_sglang.bench.outputs import Output, OutputSet, compare_outputs, greedy_outputs
+from pytest_sglang.errors import ServerRequestError
 from pytest_sglang.sim.engine import VARIANT_FROM
 
 
@@ -76,12 +77,88 @@ def test_no_near_tie_where_a_token_is_not_among_the_others_candidates() -> None:
     b = _with_top("b", [1, 9], [[(1, -0.1)], [(9, -0.01), (2, -0.02)]])
     out = compare_outputs(a, b, tie_margin=10.0)
     assert out.failed and out.differences[0].margins == (None, 0.01)
-    assert "not a near tie: a's top 5 logprobs do not hold the other profile's token" in out.message, out.message
+    assert "no margins: a's top 2 logprobs do not hold the other profile's token (not a near tie)" in out.message, \
+        out.message
     no_logprobs = compare_outputs(outset("a", [("p", "x y", [1, 2])]), outset("b", [("p", "x z", [1, 9])]),
                                   tie_margin=10.0)
     assert no_logprobs.failed and "margins" not in no_logprobs.message and "near tie" not in no_logprobs.message
     with pytest.raises(ValueError, match="tie_margin must be a logprob difference in nats"):
         compare_outputs(a, b, tie_margin=-1)
+
+
+def test_why_a_divergence_has_no_margins_and_what_a_negative_one_means() -> None:
+    a = _with_top("a", [1, 2], [[(1, -0.1)], None])
+    b = _with_top("b", [1, 9], [[(1, -0.1)], [(9, -0.01), (2, -0.02)]])
+    assert "no margins: a gave no logprobs at position 1" in compare_outputs(a, b).message
+    short = OutputSet("b")
+    short.add([Output("p", 2, "1", (1,), (((1, -0.1),),))])  # stopped at its end of sequence after one token
+    assert "no margins: one output ended there" in compare_outputs(a, short).message
+    # b's own token trailed a's there: b was not choosing greedily between them, so no tie_margin accepts it
+    odd = _with_top("b", [1, 9], [[(1, -0.1)], [(2, -0.01), (9, -4.9)]])
+    lead = _with_top("a", [1, 2], [[(1, -0.1)], [(2, -0.01), (9, -0.011)]])
+    out = compare_outputs(lead, odd, tie_margin=0.01)
+    assert out.failed and "b's led a's by -4.89 nats under b; not a near tie" in out.message, out.message
+    # both sides exactly tied: the suggested tie_margin is positive, and does accept it
+    ta = _with_top("a", [1, 2], [[(1, -0.1)], [(2, -0.5), (9, -0.5)]])
+    tb = _with_top("b", [1, 9], [[(1, -0.1)], [(9, -0.5), (2, -0.5)]])
+    assert "compare_outputs(..., tie_margin=0.001) would accept" in compare_outputs(ta, tb).message
+    accepted = compare_outputs(ta, tb, tie_margin=0.001)
+    assert not accepted.failed and "accepted as a near tie" in accepted.message, accepted.message
+
+
+class FakeClient:
+    """Answers like a server: ``answers`` are returned in turn (an exception is raised); records each call."""
+
+    def __init__(self, *answers: object) -> None:
+        self.answers = list(answers)
+        self.calls: list[tuple[str, dict]] = []
+
+    def _next(self, api: str, kwargs: dict) -> object:
+        self.calls.append((api, kwargs))
+        answer = self.answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    def generate(self, prompt: object, **kwargs: object) -> object:
+        return self._next("generate", dict(kwargs))
+
+    def completions(self, prompt: object, **kwargs: object) -> object:
+        return self._next("completions", dict(kwargs))
+
+
+def test_vllm_top_logprobs_are_read_by_token_id_and_a_text_key_is_not_an_id() -> None:
+    vllm = {"choices": [{"text": " a b", "token_ids": [5, 6], "logprobs": {"top_logprobs": [
+        {"token_id:5": -0.1, "token_id:8": -2.0}, {"token_id:6": -0.3, ":7": -0.4}]}}]}
+    client = FakeClient(vllm)
+    (out,) = greedy_outputs(client, "vllm", ["p"], max_tokens=2, model="m")
+    assert out.token_ids == (5, 6) and out.top_logprobs == (((5, -0.1), (8, -2.0)), None)
+    assert client.calls[0][1] == {"max_tokens": 2, "model": "m", "return_token_ids": True, "logprobs": 5,
+                                  "return_tokens_as_token_ids": True}
+
+
+def test_a_server_refusing_logprobs_is_asked_again_without_and_a_plain_one_only_once() -> None:
+    refused = ServerRequestError("logprobs not supported", status=400)
+    client = FakeClient(refused, {"text": " x", "output_ids": [3], "meta_info": {}})
+    (out,) = greedy_outputs(client, "sglang", [[1, 2]], max_tokens=1)
+    assert out.token_ids == (3,) and out.top_logprobs is None
+    assert [c[1].get("fields") for c in client.calls] == [{"return_logprob": True, "top_logprobs_num": 5}, {}]
+    with pytest.raises(ServerRequestError):
+        greedy_outputs(FakeClient(ServerRequestError("boom", status=500)), "sglang", ["p"], max_tokens=1)
+    plain = FakeClient(ServerRequestError("Unexpected fields", status=422))
+    with pytest.raises(ServerRequestError):
+        greedy_outputs(plain, "generic", ["p"], max_tokens=1)
+    assert len(plain.calls) == 1  # nothing was asked that a strict OpenAI server could refuse
+
+
+@pytest.mark.parametrize("meta", [
+    "not a dict", {"output_top_logprobs": "odd"}, {"output_top_logprobs": [[[None, 4, None]], [[float("inf"),
+                                                                                                 float("inf")]]]},
+])
+def test_odd_logprob_answers_never_fail_the_outputs(meta: object) -> None:
+    client = FakeClient({"text": " x y", "output_ids": [4, 5], "meta_info": meta})
+    (out,) = greedy_outputs(client, "sglang", ["p"], max_tokens=2)
+    assert out.token_ids == (4, 5) and out.top_logprobs in (None, (None, None))
 
 
 def test_a_prompt_recorded_under_one_profile_only_differs() -> None:

@@ -170,7 +170,9 @@ def test_sglang_baseline_and_eagle3_in_one_session(sglang_pair: Session) -> None
 def test_sglang_greedy_outputs_equal_under_eagle3(sglang_pair: Session) -> None:
     outputs = _figures(sglang_pair, "outputs")
     assert len(outputs) == 2 and outputs[0]["outputs"] == outputs[1]["outputs"], outputs
-    assert all(all(f["logprobs"]) for f in outputs), outputs  # both servers, EAGLE-3 too, gave top logprobs
+    # SGLang 0.5.23 gives top logprobs under EAGLE-3 too (its verify step computes them): a divergence there
+    # would come with its margins
+    assert all(all(f["logprobs"]) for f in outputs), outputs
     (cmp,) = _figures(sglang_pair, "compare")
     assert cmp["prompts"] == 3
     print(f"\nSGLang output tok/s: baseline {cmp['baseline_tok_s']:.1f}, eagle3 {cmp['eagle3_tok_s']:.1f} "

@@ -17,6 +17,8 @@ import pytest
 import requests
 from simtools import Sim, alive, free_port, sse_events
 
+from pytest_sglang.sim.engine import WORDS
+
 Launch = Callable[..., Sim]
 
 STAMP = r"\[\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}\]"
@@ -262,6 +264,27 @@ def test_native_generate(served: Sim) -> None:
     assert [len(c["text"].split()) for c in chunks] == [1, 2, 3, 4, 5]  # cumulative text
     assert chunks[-1]["meta_info"]["finish_reason"] == {"type": "length", "length": 5}
     assert s.post("/generate", {"sampling_params": {}}, headers=AUTH).status_code == 400
+
+
+def test_logprobs_native_and_openai(served: Sim) -> None:
+    """SGLang's return_logprob/top_logprobs_num and the completions logprobs field (vLLM's token_id names),
+    capped at the simulator's vocabulary of words; a bad count is answered 400 before any work."""
+    s = served
+    req = {"input_ids": [1, 2, 3], "sampling_params": {"max_new_tokens": 3}, "return_logprob": True,
+           "top_logprobs_num": 2}
+    out = s.post("/generate", req, headers=AUTH).json()
+    top = out["meta_info"]["output_top_logprobs"]
+    assert [[c[1] for c in pos][0] for pos in top] == out["output_ids"]  # greedy: its own token leads
+    assert all(len(pos) == 2 and pos[0][0] - pos[1][0] == pytest.approx(4.0) for pos in top)  # output_margin
+    assert [e[1] for e in out["meta_info"]["output_token_logprobs"]] == out["output_ids"]
+    many = s.post("/generate", dict(req, top_logprobs_num=500), headers=AUTH).json()
+    assert all(len(pos) == len(WORDS) for pos in many["meta_info"]["output_top_logprobs"])
+    body = {"prompt": [5, 6], "max_tokens": 2, "logprobs": 3, "return_tokens_as_token_ids": True}
+    choice = s.post("/v1/completions", body, headers=AUTH).json()["choices"][0]
+    assert all(len(p) == 3 and all(k.startswith("token_id:") for k in p) for p in choice["logprobs"]["top_logprobs"])
+    assert choice["logprobs"]["text_offset"] == [0, len(" " + choice["text"].split()[0])]
+    assert s.post("/generate", dict(req, top_logprobs_num=-1), headers=AUTH).status_code == 400
+    assert s.post("/v1/completions", dict(body, logprobs="x"), headers=AUTH).status_code == 400
 
 
 # -- pacing ----------------------------------------------------------------------------------------
