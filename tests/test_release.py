@@ -17,12 +17,13 @@ import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
+import psutil
 import pytest
 from helpers import FakeGpu, dead_pid, profile_toml
 
 from pytest_sglang.errors import PortInUseError, ResourcesHeldWarning
 from pytest_sglang.launch.gpus import GpuUse, gpu_processes
-from pytest_sglang.launch.process import OWNER_ENV, ServerProcess
+from pytest_sglang.launch.process import OWNER_ENV, ServerProcess, kill_tree
 from pytest_sglang.launch.release import stop_and_release, wait_for_dying_holder, wait_released
 
 pytestmark = pytest.mark.timeout(120)
@@ -239,3 +240,23 @@ def test_session_teardown_waits_for_the_gpus_and_says_who_still_holds_one(
     held.assert_outcomes(passed=1, warnings=1)
     held.stdout.fnmatch_lines(["*ResourcesHeldWarning: [[]sglang p[]] 2 s after its server was stopped, it still "
                                "holds resources: pid * (scheduler_TP0) holds 70000 MiB on GPU 0.*"])
+
+
+@pytest.mark.timeout(60)  # far below the grace: waiting out the grace is the bug, seen as this timeout
+def test_stopping_a_tree_another_process_started_does_not_wait_out_its_grace() -> None:
+    """An xdist worker stops a server that another worker launched: its root stays a zombie until that parent
+    reaps it, and used to hold kill_tree for the whole shutdown grace (30 s per profile switch)."""
+    parent = subprocess.Popen([sys.executable, "-c", (
+        "import subprocess, sys, time\n"
+        "child = subprocess.Popen(['sleep', '600'], start_new_session=True)\n"
+        "print(child.pid, flush=True)\n"
+        "time.sleep(600)\n")], stdout=subprocess.PIPE, text=True)
+    try:
+        assert parent.stdout is not None
+        child = int(parent.stdout.readline())
+        kill_tree(child, "no-such-token", grace=300.0)
+        status = psutil.Process(child).status() if psutil.pid_exists(child) else None
+        assert status in (None, psutil.STATUS_ZOMBIE), status
+    finally:
+        parent.kill()
+        parent.wait()

@@ -125,7 +125,7 @@ def kill_tree(pid: int, token: str, grace: float) -> None:
     for proc in members:
         with contextlib.suppress(psutil.Error):
             proc.terminate()
-    _, alive = psutil.wait_procs(members, timeout=grace)
+    _wait_gone(members, grace)
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, signal.SIGKILL)
     # A descendant may have spawned more processes during the grace period: look again.
@@ -137,6 +137,17 @@ def kill_tree(pid: int, token: str, grace: float) -> None:
             with contextlib.suppress(psutil.Error):
                 proc.kill()
         psutil.wait_procs(alive, timeout=5)
+
+
+def _wait_gone(procs: list[psutil.Process], timeout: float) -> None:
+    """psutil.wait_procs, with a zombie counted as gone: the root of a tree that another process started (an
+    xdist worker's server, a kept one) stays a zombie until that parent reaps it, and would hold the whole grace.
+    Our own children are still reaped on the way."""
+    deadline = time.monotonic() + timeout
+    alive = [p for p in procs if _is_running(p)]
+    while alive and time.monotonic() < deadline:
+        psutil.wait_procs(alive, timeout=0.05)
+        alive = [p for p in alive if _is_running(p)]
 
 
 def _tree(pid: int, token: str) -> list[psutil.Process]:
