@@ -16,6 +16,9 @@ from pytest_sglang.plugin import SGLangPlugin, fail_with, plugin_of
 from pytest_sglang.session import BenchEntry
 
 RESULT_WAIT_SECONDS = 600.0  # how long a comparison waits for a result another xdist worker is measuring
+# Once both profiles have greedy outputs but not for the same prompts, how long another worker may still be adding
+# some before the comparison counts the prompts recorded under one profile only.
+OUTPUTS_SETTLE_SECONDS = 60.0
 
 if TYPE_CHECKING:
     from pytest_sglang.baseline import Comparison
@@ -70,10 +73,11 @@ class ResultsView:
 
         for profile in (profile_a, profile_b):
             self._skip_unless_ran(profile)
+        self._await_other_workers_outputs([profile_a, profile_b])
         missing = [p for p in (profile_a, profile_b) if not self._ledger.outputs.get(p)]
         if missing:
             pytest.fail(f"no greedy outputs recorded under profile {missing[0]!r}: call sglang_outputs(prompts) in "
-                        "a test that runs under it (in this process: not across pytest-xdist workers)", pytrace=False)
+                        "a test that runs under it", pytrace=False)
         try:
             outcome = compare_outputs(self._ledger.outputs[profile_a], self._ledger.outputs[profile_b],
                                       allow_differing=allow_differing, tie_margin=tie_margin)
@@ -93,10 +97,33 @@ class ResultsView:
         while shared is not None and any(self._ledger.find(p, test) is None for p in profiles):
             seen = {(b.profile, b.nodeid) for b in self._ledger.from_other_workers}
             for entry in shared.published():
-                if (entry["profile"], entry["nodeid"]) not in seen:
+                if entry.get("kind") != "outputs" and (entry["profile"], entry["nodeid"]) not in seen:
                     self._ledger.from_other_workers.append(
                         BenchEntry(entry["profile"], entry["test_id"], entry["nodeid"], entry["result"]))
             if time.monotonic() > deadline:
+                return
+            time.sleep(0.5)
+
+    def _await_other_workers_outputs(self, profiles: list[str]) -> None:
+        """Under pytest-xdist, take in the greedy outputs every worker published, until both profiles have some
+        for the same prompts (or OUTPUTS_SETTLE_SECONDS after both have some, or RESULT_WAIT_SECONDS)."""
+        from pytest_sglang.bench.outputs import Output, OutputSet
+
+        shared = self._plugin.shared
+        deadline = time.monotonic() + RESULT_WAIT_SECONDS
+        settle_by: float | None = None
+        while shared is not None:
+            for entry in shared.published():
+                if entry.get("kind") == "outputs":
+                    self._ledger.outputs.setdefault(entry["profile"], OutputSet(entry["profile"])).add(
+                        [Output.from_dict(o) for o in entry["outputs"]])
+            sets = [self._ledger.outputs.get(p) for p in profiles]
+            now = time.monotonic()
+            if all(sets):
+                if len({frozenset(s.outputs) for s in sets if s is not None}) == 1:
+                    return
+                settle_by = settle_by or now + OUTPUTS_SETTLE_SECONDS
+            if now > min(deadline, settle_by or deadline):
                 return
             time.sleep(0.5)
 
@@ -178,14 +205,17 @@ def sglang_outputs(request: pytest.FixtureRequest, sglang_server: ServerHandle) 
     from pytest_sglang.bench.client import Client
     from pytest_sglang.bench.outputs import DEFAULT_PROMPTS, OutputSet, greedy_outputs
 
-    ledger = plugin_of(request.config).ledger
+    plugin = plugin_of(request.config)
 
     def outputs(prompts: Sequence[str | Sequence[int]] | None = None, max_tokens: int = 32) -> list[Output]:
         with Client(sglang_server.base_url, api_key=sglang_server.api_key, timeout=600,
                     model=sglang_server.model) as client:
             got = greedy_outputs(client, sglang_server.kind, list(prompts or DEFAULT_PROMPTS),
                                  max_tokens=max_tokens, model=client.model())
-        ledger.outputs.setdefault(sglang_server.profile, OutputSet(sglang_server.profile)).add(got)
+        plugin.ledger.outputs.setdefault(sglang_server.profile, OutputSet(sglang_server.profile)).add(got)
+        if plugin.shared is not None:
+            plugin.shared.publish({"kind": "outputs", "profile": sglang_server.profile,
+                                   "outputs": [o.to_dict() for o in got]})
         return got
 
     return outputs

@@ -140,3 +140,35 @@ def test_compare(sglang_results):
     benches = {name: prof["benchmarks"] for name, prof in json.loads(report.read_text())["profiles"].items()}
     assert [len(benches["slow"]), len(benches["fast"])] == [1, 1], "the report must hold every worker's figures"
     assert not wait_for_no_processes(mark, timeout=15)
+
+
+def test_greedy_outputs_are_compared_across_workers(pytester: pytest.Pytester, mark: str) -> None:
+    """Each profile's sglang_outputs may run on another worker than the comparison: it still sees them all."""
+    sim = "startup_seconds = 0.3, decode_tok_s = 400, ttft_ms = 5"
+    toml = (profile_toml("base", mark, sim=sim) + profile_toml("same", mark, sim=sim)
+            + profile_toml("changed", mark, sim=sim + ", output_variant = 1"))
+    pytester.makefile(".toml", pyproject=toml)
+    pytester.makepyfile(test_user="""
+import pytest
+
+@pytest.mark.parametrize("n", range(3))
+def test_other(sglang_server, n):
+    pass
+
+def test_outputs(sglang_outputs):
+    sglang_outputs(["The capital city of France is", [11, 12, 13]], max_tokens=8)
+
+@pytest.mark.sglang_compare
+def test_same(sglang_results):
+    assert sglang_results.compare_outputs("base", "same").compared == 2
+
+@pytest.mark.sglang_compare
+def test_changed(sglang_results):
+    sglang_results.compare_outputs("base", "changed")
+""")
+    result = run(pytester, "-n", "2", "--sglang-profile=base,same,changed", "--sglang-sim")
+    result.assert_outcomes(passed=13, failed=1)
+    out = result.stdout.str()
+    assert "greedy outputs differ between profiles 'base' and 'changed': 2 of 2 prompts differ" in out, out
+    assert "first differing token at position 4 (of 8 and 8)" in out, out
+    assert not wait_for_no_processes(mark, timeout=15)

@@ -75,6 +75,23 @@ class Output:
     def key(self) -> str:
         return json.dumps([self.prompt if isinstance(self.prompt, str) else list(self.prompt), self.max_tokens])
 
+    def to_dict(self) -> dict[str, Any]:
+        """As JSON, for the other pytest-xdist workers' comparisons."""
+        return {"prompt": self.prompt if isinstance(self.prompt, str) else list(self.prompt),
+                "max_tokens": self.max_tokens, "text": self.text,
+                "token_ids": list(self.token_ids) if self.token_ids is not None else None,
+                "top_logprobs": None if self.top_logprobs is None else [
+                    None if c is None else [list(x) for x in c] for c in self.top_logprobs]}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Output:
+        prompt = data["prompt"]
+        top = data.get("top_logprobs")
+        return cls(prompt if isinstance(prompt, str) else tuple(prompt), int(data["max_tokens"]), str(data["text"]),
+                   tuple(data["token_ids"]) if data.get("token_ids") is not None else None,
+                   None if top is None else tuple(None if c is None else tuple((int(t), float(lp)) for t, lp in c)
+                                                  for c in top))
+
 
 @dataclass
 class OutputSet:

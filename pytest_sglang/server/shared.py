@@ -119,7 +119,7 @@ class SharedServers:
         return stopped
 
     def publish(self, entry: dict[str, Any]) -> None:
-        """A benchmark result this worker measured, for the other workers' profile comparisons."""
+        """A benchmark result or greedy outputs this worker measured, for the other workers' comparisons."""
         folder = self.folder / "results"
         folder.mkdir(exist_ok=True, mode=0o700)
         path = folder / f"{os.getpid()}-{time.time_ns()}.json"
