@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_sglang.errors import PluginError, ResultNotFoundError
-from pytest_sglang.plugin import SGLangPlugin, fail_with, plugin_of
+from pytest_sglang.nodes import fail_with
+from pytest_sglang.plugin import SGLangPlugin, plugin_of
 from pytest_sglang.session import BenchEntry
 
 RESULT_WAIT_SECONDS = 600.0  # how long a comparison waits for a result another xdist worker is measuring
@@ -191,7 +192,7 @@ def sglang_bench(request: pytest.FixtureRequest, sglang_server: ServerHandle) ->
     plugin = plugin_of(request.config)
 
     def bench(**kwargs: Any) -> BenchResult:
-        return plugin.run_bench(request, sglang_server, **kwargs)
+        return plugin.measure.run_bench(request, sglang_server, **kwargs)
 
     return BenchFixture(bench)
 
@@ -230,13 +231,13 @@ class BaselineFixture:
 
     @property
     def updating(self) -> bool:
-        return self._plugin.checker.update
+        return self._plugin.measure.checker.update
 
     def check(self, result: object, **tolerances: str | float) -> Comparison:
         """Compare ``result`` (of sglang_bench, or sglang_server for startup_seconds) with the baseline of
         this profile, test and machine; fails the test on a regression. Tolerances: "5%" or an absolute
         amount. Under --sglang-update-baseline it records instead."""
-        return self._plugin.check(self._request, result, tolerances)
+        return self._plugin.measure.check(self._request, result, tolerances)
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""pytest wiring only: options, fixtures, hooks, node id -> test id. The work is in the pytest-free core.
+"""pytest wiring only: options, fixtures, hooks. The work is in the pytest-free core.
 
 One plugin object, :class:`SGLangPlugin`, holds the session: the selected profiles, the live server, and the
 session ledger that the summary and the report read.
@@ -10,7 +10,7 @@ import os
 import sys
 from collections.abc import Generator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import requests
@@ -18,12 +18,12 @@ import requests
 from pytest_sglang import distributed
 from pytest_sglang.config.profiles import ProfileSet, load_profiles
 from pytest_sglang.errors import PluginError, ServerDiedError
+from pytest_sglang.measure import Measurements
+from pytest_sglang.nodes import fail_with
 from pytest_sglang.session import SessionLedger
 from pytest_sglang.settings import Settings, add_options
 
 if TYPE_CHECKING:
-    from pytest_sglang.baseline import BaselineChecker, Comparison
-    from pytest_sglang.bench import BenchResult
     from pytest_sglang.server import ServerHandle, StartupRecord
 
 pytest_plugins = ("pytest_sglang.fixtures",)
@@ -68,10 +68,9 @@ class SGLangPlugin:
         self.ledger = SessionLedger()
         self._profiles: ProfileSet | None = None
         self._log_dir: Path | None = None
-        self._checker: BaselineChecker | None = None
-        self._checked = False  # a baseline check ran in this session
         self._failure_shown: set[str] = set()
         self.shared = distributed.worker_servers(config)  # under pytest-xdist: the run's shared servers
+        self.measure = Measurements(self.settings, self.ledger, self.shared)
         self.run = distributed.ControllerRun(self.settings)  # the xdist controller's side (inert elsewhere)
 
     # Profiles and parametrization.
@@ -250,9 +249,9 @@ class SGLangPlugin:
     def report(self) -> dict[str, object]:
         from pytest_sglang.report import build_report, summarize
 
-        checker = self.checker  # the report names the machine it ran on, whether or not a baseline was checked
+        checker = self.measure.checker  # the report names the machine it ran on, checked or not
         report = build_report(self.ledger, machine=checker.machine(None), commit=checker.commit,
-                              baseline_path=str(checker.store.path) if self._checked else None)
+                              baseline_path=str(checker.store.path) if self.measure.checked else None)
         return summarize(self.run.merged(report))  # sweeps and gates over every worker's benchmarks
 
     # pytest-xdist: the controller hands out the run folder, gathers the workers' ledgers, stops the servers.
@@ -285,88 +284,6 @@ class SGLangPlugin:
     def _has_benches(self) -> bool:
         return bool(self.ledger.benches or self.run.bench_count)
 
-    # Benchmarks and baselines.
-
-    @property
-    def checker(self) -> BaselineChecker:
-        if self._checker is None:
-            from pytest_sglang.baseline import DEFAULT_FILENAME, BaselineChecker, BaselineStore, git_commit
-
-            s = self.settings
-            self._checker = BaselineChecker(
-                BaselineStore(s.baseline_path or s.rootdir / DEFAULT_FILENAME), update=s.update_baseline,
-                strict=s.baseline_strict, commit=git_commit(s.rootdir))
-        return self._checker
-
-    def server_label(self, server: ServerHandle) -> str | None:
-        """``"sglang 0.5.2"``: part of the machine fingerprint; asked of the server once per profile."""
-        if server.profile not in self.ledger.server_versions:
-            from pytest_sglang.bench.client import Client
-
-            with Client(server.base_url, api_key=server.api_key, timeout=30) as client:
-                version = client.version()
-            self.ledger.server_versions[server.profile] = f"{server.kind} {version}" if version else server.kind
-        return self.ledger.server_versions[server.profile]
-
-    def run_bench(self, request: pytest.FixtureRequest, server: ServerHandle, **kwargs: Any) -> BenchResult:
-        from pytest_sglang.bench import run_bench
-        from pytest_sglang.errors import BenchmarkFailedError
-        from pytest_sglang.report import junit_properties
-
-        self.server_label(server)
-        test_id = strip_param(request.node.nodeid, server.profile)
-        try:
-            result = run_bench(server, **kwargs)
-        except BenchmarkFailedError as exc:
-            if exc.result is not None:
-                self.ledger.add_bench(server.profile, test_id, request.node.nodeid, exc.result)
-                request.node.user_properties.extend(junit_properties(exc.result))  # sglang_gate: not-judged
-            server.check_alive(wait=5.0)  # requests that failed as the server died: report the death
-            fail_with(exc)
-        if result.connection_errors:
-            server.check_alive(wait=5.0)
-        self.ledger.add_bench(server.profile, test_id, request.node.nodeid, result)
-        if self.shared is not None:
-            self.shared.publish({"profile": server.profile, "test_id": test_id, "nodeid": request.node.nodeid,
-                                 "result": result.to_dict()})
-        request.node.user_properties.extend(junit_properties(result))
-        return result
-
-    def check(self, request: pytest.FixtureRequest, result: object, tolerances: dict[str, str | float]
-              ) -> Comparison:
-        from pytest_sglang.errors import BaselineError
-
-        server: Any = result if hasattr(result, "base_url") and hasattr(result, "startup_seconds") else None
-        if server is None and "sglang_server" in request.fixturenames:
-            server = request.getfixturevalue("sglang_server")
-        profile = getattr(result, "profile", None) or getattr(server, "profile", None)
-        if not profile:
-            pytest.fail("sglang_baseline.check() needs a result of sglang_bench or the sglang_server handle",
-                        pytrace=False)
-        if server is not None and result is server and getattr(server, "startup_seconds", 0.0) is None:
-            pytest.skip(f"profile {profile!r}: this run did not start the server (--sglang-url), so it has no "
-                        "startup time to check or record")
-        label = self.server_label(server) if server is not None else self.ledger.server_versions.get(profile)
-        self._checked = True
-        try:
-            comp = self.checker.check(result, tolerances, profile=profile,
-                                      test_id=strip_param(request.node.nodeid, profile), server=label,
-                                      machine=server.machine(label) if server is not None else None)
-        except BaselineError as exc:
-            fail_with(exc)
-        entries = [b for b in self.ledger.entries_for(request.node.nodeid) if b.result is result]
-        if entries:
-            entries[-1].comparisons.append(comp)  # its notes reach the summary through the report
-        else:
-            self.ledger.startup_checks.append(comp)
-            self.ledger.notes.extend(f"{request.node.nodeid}: {n}" for n in comp.notes)
-        from pytest_sglang.report import check_properties
-
-        request.node.user_properties.extend(check_properties(comp))  # baselines, sglang_gate and its reason
-        if comp.failed:
-            pytest.fail(comp.failure_message(), pytrace=False)
-        return comp
-
 
 def _server_param(item: pytest.Item) -> str | None:
     """The profile (or "url") this test's sglang_server is parametrized with; None if it uses no server."""
@@ -375,31 +292,12 @@ def _server_param(item: pytest.Item) -> str | None:
     return param if isinstance(param, str) else None
 
 
-def strip_param(nodeid: str, param: str | None) -> str:
-    """``tests/t.py::test_x[eagle3-128]`` -> ``tests/t.py::test_x[128]`` for profile ``eagle3``."""
-    if not param or not nodeid.endswith("]") or "[" not in nodeid:
-        return nodeid
-    head, _, inner = nodeid[:-1].partition("[")
-    parts = inner.split("-")
-    if param in parts:
-        parts.remove(param)
-    elif inner.startswith(param + "-") or inner.endswith("-" + param) or inner == param:
-        inner = inner.replace(param, "", 1).strip("-")
-        parts = [inner] if inner else []
-    return f"{head}[{'-'.join(parts)}]" if parts else head
-
-
 def _junit_startup(record: StartupRecord) -> list[tuple[str, object]]:
     props: list[tuple[str, object]] = [("sglang_profile", record.profile), ("sglang_origin", record.origin)]
     if record.startup_seconds is not None:
         props.append(("sglang_startup_seconds", round(record.startup_seconds, 3)))
     props += [(f"sglang_phase_{name}", round(at, 3)) for name, at in record.phases.items()]
     return props
-
-
-def fail_with(exc: BaseException) -> NoReturn:
-    """Fail with our message alone: no traceback of the plugin, no "During handling of..." chain."""
-    raise pytest.fail.Exception(str(exc), pytrace=False) from None
 
 
 def _death_of(server: ServerHandle, wait: float = 0.0) -> ServerDiedError | None:

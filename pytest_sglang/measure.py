@@ -1,0 +1,110 @@
+"""What sglang_bench and sglang_baseline do in pytest terms: run a benchmark against the test's server and
+record it (in the ledger, and for the other pytest-xdist workers), check a figure against its stored baseline,
+and the server label that is part of a baseline's machine key."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from pytest_sglang.nodes import fail_with, strip_param
+
+if TYPE_CHECKING:
+    from pytest_sglang.baseline import BaselineChecker, Comparison
+    from pytest_sglang.bench import BenchResult
+    from pytest_sglang.server import ServerHandle
+    from pytest_sglang.server.shared import SharedServers
+    from pytest_sglang.session import SessionLedger
+    from pytest_sglang.settings import Settings
+
+
+class Measurements:
+    """The session's benchmarks and baseline checks, recorded in its ledger."""
+
+    def __init__(self, settings: Settings, ledger: SessionLedger, shared: SharedServers | None) -> None:
+        self.settings = settings
+        self.ledger = ledger
+        self.shared = shared
+        self._checker: BaselineChecker | None = None
+        self.checked = False  # a baseline check ran in this session
+
+    @property
+    def checker(self) -> BaselineChecker:
+        if self._checker is None:
+            from pytest_sglang.baseline import DEFAULT_FILENAME, BaselineChecker, BaselineStore, git_commit
+
+            s = self.settings
+            self._checker = BaselineChecker(
+                BaselineStore(s.baseline_path or s.rootdir / DEFAULT_FILENAME), update=s.update_baseline,
+                strict=s.baseline_strict, commit=git_commit(s.rootdir))
+        return self._checker
+
+    def server_label(self, server: ServerHandle) -> str | None:
+        """``"sglang 0.5.2"``: part of the machine fingerprint; asked of the server once per profile."""
+        if server.profile not in self.ledger.server_versions:
+            from pytest_sglang.bench.client import Client
+
+            with Client(server.base_url, api_key=server.api_key, timeout=30) as client:
+                version = client.version()
+            self.ledger.server_versions[server.profile] = f"{server.kind} {version}" if version else server.kind
+        return self.ledger.server_versions[server.profile]
+
+    def run_bench(self, request: pytest.FixtureRequest, server: ServerHandle, **kwargs: Any) -> BenchResult:
+        from pytest_sglang.bench import run_bench
+        from pytest_sglang.errors import BenchmarkFailedError
+        from pytest_sglang.report import junit_properties
+
+        self.server_label(server)
+        test_id = strip_param(request.node.nodeid, server.profile)
+        try:
+            result = run_bench(server, **kwargs)
+        except BenchmarkFailedError as exc:
+            if exc.result is not None:
+                self.ledger.add_bench(server.profile, test_id, request.node.nodeid, exc.result)
+                request.node.user_properties.extend(junit_properties(exc.result))  # sglang_gate: not-judged
+            server.check_alive(wait=5.0)  # requests that failed as the server died: report the death
+            fail_with(exc)
+        if result.connection_errors:
+            server.check_alive(wait=5.0)
+        self.ledger.add_bench(server.profile, test_id, request.node.nodeid, result)
+        if self.shared is not None:
+            self.shared.publish({"profile": server.profile, "test_id": test_id, "nodeid": request.node.nodeid,
+                                 "result": result.to_dict()})
+        request.node.user_properties.extend(junit_properties(result))
+        return result
+
+    def check(self, request: pytest.FixtureRequest, result: object, tolerances: dict[str, str | float]
+              ) -> Comparison:
+        from pytest_sglang.errors import BaselineError
+
+        server: Any = result if hasattr(result, "base_url") and hasattr(result, "startup_seconds") else None
+        if server is None and "sglang_server" in request.fixturenames:
+            server = request.getfixturevalue("sglang_server")
+        profile = getattr(result, "profile", None) or getattr(server, "profile", None)
+        if not profile:
+            pytest.fail("sglang_baseline.check() needs a result of sglang_bench or the sglang_server handle",
+                        pytrace=False)
+        if server is not None and result is server and getattr(server, "startup_seconds", 0.0) is None:
+            pytest.skip(f"profile {profile!r}: this run did not start the server (--sglang-url), so it has no "
+                        "startup time to check or record")
+        label = self.server_label(server) if server is not None else self.ledger.server_versions.get(profile)
+        self.checked = True
+        try:
+            comp = self.checker.check(result, tolerances, profile=profile,
+                                      test_id=strip_param(request.node.nodeid, profile), server=label,
+                                      machine=server.machine(label) if server is not None else None)
+        except BaselineError as exc:
+            fail_with(exc)
+        entries = [b for b in self.ledger.entries_for(request.node.nodeid) if b.result is result]
+        if entries:
+            entries[-1].comparisons.append(comp)  # its notes reach the summary through the report
+        else:
+            self.ledger.startup_checks.append(comp)
+            self.ledger.notes.extend(f"{request.node.nodeid}: {n}" for n in comp.notes)
+        from pytest_sglang.report import check_properties
+
+        request.node.user_properties.extend(check_properties(comp))  # baselines, sglang_gate and its reason
+        if comp.failed:
+            pytest.fail(comp.failure_message(), pytrace=False)
+        return comp
