@@ -37,7 +37,7 @@ class Measurements:
             s = self.settings
             self._checker = BaselineChecker(
                 BaselineStore(s.baseline_path or s.rootdir / DEFAULT_FILENAME), update=s.update_baseline,
-                strict=s.baseline_strict, commit=git_commit(s.rootdir))
+                strict=s.baseline_strict, commit=git_commit(s.rootdir), gate_defaults=s.gate_defaults)
         return self._checker
 
     def server_label(self, server: ServerHandle) -> str | None:

@@ -60,6 +60,15 @@ OPTIONS: tuple[tuple[str, dict[str, Any]], ...] = (
     ("--sglang-baseline-strict", dict(
         action="store_true", default=False,
         help="Fail a check that has no baseline for this profile, test and machine (default: pass with a note).")),
+    ("--sglang-max-cv", dict(
+        default=None, metavar="PCT",
+        help="Default for every baseline check that sets no max_cv of its own: rounds spread more than this "
+             "(CV, e.g. 15%%, or off) are not judged (default 10%%). A noisy GPU runner raises it here, "
+             "not in each test.")),
+    ("--sglang-confidence", dict(
+        default=None, metavar="PCT",
+        help="Default for every baseline check that sets no confidence of its own: how sure a regression "
+             "must be before it fails (50%% to 99.9%%, default 95%%).")),
     ("--sglang-report", dict(
         default=None, metavar="PATH",
         help="Write a JSON report of every profile's startup and benchmark figures to PATH (schema: "
@@ -91,6 +100,7 @@ class Settings:
     update_baseline: bool
     baseline_strict: bool
     report_path: str | None
+    gate_defaults: dict[str, str]  # --sglang-max-cv, --sglang-confidence: under each check's own
 
     @classmethod
     def from_config(cls, config: pytest.Config) -> Settings:
@@ -112,6 +122,9 @@ class Settings:
             update_baseline=opt("sglang_update_baseline"),
             baseline_strict=opt("sglang_baseline_strict"),
             report_path=opt("sglang_report"),
+            gate_defaults={name: value for name, value in (("max_cv", opt("sglang_max_cv")),
+                                                           ("confidence", opt("sglang_confidence")))
+                           if value is not None},
         )
 
     def usage_problem(self) -> str | None:
@@ -122,6 +135,14 @@ class Settings:
                     "server. Pass at most one --sglang-profile with --sglang-url.")
         if self.url and self.reuse:
             return "--sglang-reuse keeps servers this run launches; with --sglang-url nothing is launched."
+        if self.gate_defaults:
+            from pytest_sglang.baseline.checks import gate_options
+            from pytest_sglang.errors import BaselineError
+
+            try:
+                gate_options(self.gate_defaults)
+            except BaselineError as exc:
+                return f"--sglang-max-cv / --sglang-confidence: {exc}"
         if self.distributed and self.reuse:
             return ("--sglang-reuse does not work with pytest-xdist yet: under -n the controller stops the shared "
                     "servers at the end. Drop one of them (a shared server already launches once per run).")

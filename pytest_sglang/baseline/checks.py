@@ -317,11 +317,12 @@ class BaselineChecker:
     """One per session: the store, the mode (compare, update, strict) and the machine per server version."""
 
     def __init__(self, store: BaselineStore, *, update: bool = False, strict: bool = False,
-                 commit: str | None = None) -> None:
+                 commit: str | None = None, gate_defaults: Mapping[str, str | float] | None = None) -> None:
         self.store = store
         self.update = update
         self.strict = strict
         self.commit = commit
+        self.gate_defaults = dict(gate_defaults or {})  # max_cv, confidence for checks that set none
         self._machines: dict[str | None, Machine] = {}
 
     def machine(self, server: str | None) -> Machine:
@@ -336,7 +337,8 @@ class BaselineChecker:
         not this machine (an ssh host; the handle's ``machine()``). ``max_cv`` and ``confidence`` among the
         tolerances set the gate (default: 10 % and 95 %). A check that could not judge warns
         (NotJudgedWarning) and passes, unless strict."""
-        confidence, max_cv = gate_options({k: v for k, v in tolerances.items() if k in GATE_OPTIONS})
+        confidence, max_cv = gate_options({**self.gate_defaults,
+                                           **{k: v for k, v in tolerances.items() if k in GATE_OPTIONS}})
         tolerances = {k: v for k, v in tolerances.items() if k not in GATE_OPTIONS}
         if not tolerances:
             if metric_value(result, "output_throughput") is not None:

@@ -240,3 +240,22 @@ def test_checker_options_warnings_and_sweep_point_keys(tmp_path: Path) -> None:
     assert loose.gate == "passed" and loose.checks[0].status == "ok"
     with pytest.raises(BaselineError, match="max_cv must be a percentage"):
         checker.check(wild, {"output_throughput": "5%", "max_cv": "lots"}, profile="p", test_id=T, server=None)
+
+
+def test_session_gate_defaults_sit_under_each_checks_own(tmp_path: Path) -> None:
+    """--sglang-max-cv / --sglang-confidence: the default of every check that sets none; a check's own wins."""
+    store = BaselineStore(tmp_path / "b.json")
+    recorder = BaselineChecker(store, update=True)
+    recorder._machines[None] = M
+    recorder.check(rounds(BASE), {"output_throughput": "5%"}, profile="p", test_id=T, server=None)
+    lenient = BaselineChecker(store, gate_defaults={"max_cv": "40%"})
+    lenient._machines[None] = M
+    wild = rounds([250.0, 400.0, 320.0, 200.0, 380.0])  # CV 27 %
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        judged = lenient.check(wild, {"output_throughput": "50%"}, profile="p", test_id=T, server=None)
+    assert judged.gate == "passed"
+    with pytest.warns(NotJudgedWarning, match=r"too noisy to judge: CV 27% .*\(limit 10%\)"):
+        own = lenient.check(wild, {"output_throughput": "50%", "max_cv": "10%"}, profile="p", test_id=T,
+                            server=None)
+    assert own.gate == "not-judged"

@@ -144,3 +144,26 @@ def test_startup(sglang_server, sglang_baseline):
     throughput = prof["benchmarks"][0]["baseline"]["output_throughput"]
     assert throughput["status"] == "regressed" and throughput["change_pct"] < -5, throughput
     slower.stdout.fnmatch_lines(["p * test_throughput * -*% REGRESSED vs *"])  # the table's delta reads the same
+
+
+def test_gate_defaults_from_the_command_line(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PYTEST_SGLANG_MACHINE", "test-machine")
+    pytester.makefile(".toml", pyproject='[tool.pytest_sglang.profiles.base]\nmodel = "sim-model"\n'
+                                         "sim = { startup_seconds = 0.3, decode_tok_s = 200, ttft_ms = 5 }\n")
+    pytester.makepyfile(test_perf='''
+def test_throughput(sglang_bench, sglang_baseline):
+    r = sglang_bench(num_requests=4, concurrency=2, input_len=8, output_len=16, warmup=0, rounds=3)
+    sglang_baseline.check(r, output_throughput="50%")
+''')
+
+    def go(*args: str) -> pytest.RunResult:
+        return pytester.runpytest_subprocess("-p", "no:cacheprovider", "--sglang-profile=base", "--sglang-sim",
+                                             *args, timeout=120)
+
+    go("--sglang-update-baseline").assert_outcomes(passed=1)
+    strict_cv = go("--sglang-max-cv=0.0001%", "-W", "always")  # no three timed rounds agree this closely
+    strict_cv.assert_outcomes(passed=1)
+    assert "too noisy to judge" in strict_cv.stdout.str() and "(limit 0.0001%)" in strict_cv.stdout.str()
+    bad = go("--sglang-confidence=lots")
+    assert bad.ret == pytest.ExitCode.USAGE_ERROR
+    bad.stderr.fnmatch_lines(["*--sglang-max-cv / --sglang-confidence: confidence must be a percentage*"])
