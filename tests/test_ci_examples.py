@@ -153,6 +153,7 @@ def test_run_gpu_ci_dry_run_verdicts(tmp_path: Path, mark: str) -> None:
 
     code, out = _run(project, "--update-baseline", "baseline", *ignore)
     assert code == 0, out
+    assert "ci gate: PASSED: 0 regressed, 0 failed test(s), 0 not judged, 0 passed, 2 recorded -> exit 0" in out, out
     assert (project / ".sglang-baselines.json").is_file() and (project / "out" / "sglang-baselines.json").is_file()
 
     code, out = _run(project, "baseline", *ignore)  # checked against what was just recorded

@@ -17,6 +17,9 @@
 #    (tf-broken-config, tf-bad-flag: each must fail with the server's own root cause).
 # F: the whole flow on one machine: E with baseline-nograph beside baseline and eagle3 (the greedy outputs of
 #    each pair compared, with each divergence's logprob margins), then T's record and fault sessions.
+# G: the CI script users copy (examples/ci/run-gpu-ci.sh) on real SGLang: record default's baseline
+#    (--update-baseline), copy its entries to nograph, then check default and nograph: gate.py must pass
+#    default and block on nograph's regression (exit 1).
 # Everything goes to $OUT: terminal.txt, results.json, the reports, baselines.json, bundle.tar.gz (logs, HTML).
 set -u
 STAGE=${1:-A}
@@ -187,13 +190,40 @@ stage_f() {  # F: the seeds' comparison with baseline-nograph beside it, then th
   else echo "no time left for the transformers-serve sessions ($rem s)"; fi
 }
 
+stage_g() {  # G: examples/ci/run-gpu-ci.sh, record then check, on the gated tests
+  setup || return 1
+  local ci=(-- benchmarks/gpu_h200/test_gpu_sglang.py -p pytest_sglang.plugin
+            --sglang-config=benchmarks/gpu_h200/profiles.toml -k "completion or startup or warm or gate" -rA)
+  export SGLANG_CI_BASELINE=$W/out/ci-baselines.json GATE_ROUNDS=${GATE_ROUNDS:-3} SWEEP=0 NOISE_REPEATS=0
+  stamp "run-gpu-ci.sh --update-baseline default"
+  echo "+ PYTHON=$PY examples/ci/run-gpu-ci.sh --update-baseline --artifacts $W/out/ci-record default ${ci[*]}"
+  PYTHON=$PY timeout -k 10 170 bash examples/ci/run-gpu-ci.sh --update-baseline --artifacts "$W/out/ci-record" \
+    default "${ci[@]}"
+  echo "run-gpu-ci.sh (record) exit $?"
+  "$PY" - "$SGLANG_CI_BASELINE" <<'PYEOF'
+import copy, json, sys
+d = json.load(open(sys.argv[1]))
+d["baselines"]["nograph"] = copy.deepcopy(d["baselines"]["default"])
+json.dump(d, open(sys.argv[1], "w"), indent=1)
+print("copied default's baseline entries to nograph:", sorted(d["baselines"]["default"]))
+PYEOF
+  stamp "run-gpu-ci.sh default nograph"
+  echo "+ PYTHON=$PY examples/ci/run-gpu-ci.sh --artifacts $W/out/ci-check default nograph ${ci[*]}"
+  PYTHON=$PY timeout -k 10 330 bash examples/ci/run-gpu-ci.sh --artifacts "$W/out/ci-check" default nograph "${ci[@]}"
+  echo "run-gpu-ci.sh (check) exit $?"
+  for d in "$W"/out/ci-record/* "$W"/out/ci-check/*; do
+    [ -f "$d/report.json" ] && cp "$d/report.json" "$W/out/report-$(basename "$(dirname "$d")")-$(basename "$d").json"
+  done
+  nvidia-smi --query-compute-apps=pid,used_memory --format=csv; pgrep -af "sglang.launch_server" || echo "no server left"
+}
+
 { case "$STAGE" in A) stage_a ;; B) stage_b ;; C) stage_c ;; E) stage_e ;; T) stage_t ;; F) stage_f ;;
-    *) echo "unknown stage $STAGE: A, B, C, E, T or F" ;; esac
+    G) stage_g ;; *) echo "unknown stage $STAGE: A, B, C, E, F, G or T" ;; esac
   stamp "summarize"
   "$PY" benchmarks/gpu_h200/summarize.py "$W/out" "$W/out/results.json"
   stamp "done"; } 2>&1 | tee "$OUT/terminal.txt"
 for f in results.json report-record.json report-check.json report-rerun.json report-eagle3.json \
-  report-tf-record.json report-tf-fault.json; do  # machine.json, release.jsonl: in the bundle (8 files come back)
+  report-tf-record.json report-tf-fault.json report-ci-check-nograph.json; do  # machine.json, release.jsonl: in the bundle (8 files come back)
   cp "$W/out/$f" "$OUT/" 2>/dev/null; done
 cp "$W/out/report-check.html" "$W/out/calibrate.md" "$OUT/" 2>/dev/null
 # logs trimmed: the first 400 and last 200 lines of each server log

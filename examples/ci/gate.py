@@ -50,6 +50,7 @@ class Verdict:
     failed_tests: int = 0
     not_judged: int = 0
     passed: int = 0
+    recorded: int = 0  # a --update-baseline run's benchmarks
 
 
 def _first_line(text: str | None, limit: int = 300) -> str:
@@ -100,6 +101,7 @@ def judge_run(folder: Path, v: Verdict) -> None:
         v.warnings.append((f"not judged ({item['profile']})", f"{item.get('nodeid') or item['test_id']}: "
                            f"{_first_line(item.get('reason'))}"))
     v.passed += int(gate.get("passed") or 0)
+    v.recorded += int(gate.get("recorded") or 0)
     for prof in (report.get("profiles") or {}).values():
         for bench in prof.get("benchmarks") or []:
             for note in bench.get("notes") or []:
@@ -166,7 +168,8 @@ def main(argv: list[str] | None = None) -> int:
     else:
         status, code = "PASSED", 0
     line = (f"ci gate: {status}: {v.regressed} regressed, {v.failed_tests} failed test(s), "
-            f"{v.not_judged} not judged, {v.passed} passed -> exit {code}")
+            f"{v.not_judged} not judged, {v.passed} passed" + (f", {v.recorded} recorded" if v.recorded else "")
+            + f" -> exit {code}")
     print(line)
     summary = os.environ.get("GITHUB_STEP_SUMMARY")
     if github and summary:

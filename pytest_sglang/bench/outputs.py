@@ -189,7 +189,7 @@ def _token_at(ids: Sequence[int], position: int) -> int | None:
 def _margin_text(d: Difference, a: str, b: str, *, accepted: bool) -> str:
     """Each side's margin at the divergence and what it makes of it, or why there is none; "" where neither
     server gave logprobs or the outputs were compared as text."""
-    if d.token is None or d.a is None or d.b is None or d.a.top_logprobs is None and d.b.top_logprobs is None:
+    if d.token is None or d.a is None or d.b is None or (d.a.top_logprobs is None and d.b.top_logprobs is None):
         return ""
     ma, mb = d.margins
     if ma is None or mb is None:
