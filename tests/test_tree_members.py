@@ -168,3 +168,43 @@ def _cmdline(proc: psutil.Process) -> str:
         return " ".join(proc.cmdline())
     except psutil.Error:
         return ""
+
+
+# A supervisor as torchrun's agent is one: it reaps the rank that died at once (its status is then no longer
+# readable by anyone else) and SIGTERMs the survivor, which stays a zombie (its status readable).
+SUPERVISOR = """
+import os, signal, subprocess, time
+a = subprocess.Popen(["sglang::scheduler_TP0", "60"], executable="sleep")
+b = subprocess.Popen(["sglang::scheduler_TP1", "60"], executable="sleep")
+b.wait()
+os.kill(a.pid, signal.SIGTERM)
+time.sleep(60)
+"""
+
+
+def test_a_rank_terminated_as_a_consequence_is_not_named_first(tmp_path: Path) -> None:
+    """Both deaths noticed in one look: the rank SIGKILLed (reaped by its supervisor, status unknown) is named
+    before the one its supervisor SIGTERMed afterwards, though only the latter's status is known."""
+    server = ServerProcess([sys.executable, "-c", SUPERVISOR], env=dict(os.environ), log_path=tmp_path / "s.log",
+                           reap_on_parent_death=False)
+    try:
+        deadline = time.monotonic() + 10
+        while len(server.members.names()) < 3:
+            assert time.monotonic() < deadline, f"members never seen: {server.members.names()}"
+            server.poll()
+            time.sleep(0.05)
+        names = server.members.names()
+        killed = next(pid for pid, name in names.items() if "TP1" in name)
+        survivor = next(pid for pid, name in names.items() if "TP0" in name)
+        os.kill(killed, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while psutil.Process(survivor).status() != psutil.STATUS_ZOMBIE:  # both gone before the tree looks
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        server.members.check(now=time.monotonic() + 1)
+        assert {d.member.pid: d.status for d in server.members.deaths} == {killed: None, survivor: -signal.SIGTERM}
+        text = server.members.describe_first() or ""
+        assert text.startswith(f"sglang::scheduler_TP1 (pid {killed}): gone"), text
+        assert f"with it: sglang::scheduler_TP0 (pid {survivor}, killed by SIGTERM (exit code 143))" in text, text
+    finally:
+        server.stop(grace=1)

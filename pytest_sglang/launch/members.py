@@ -15,6 +15,7 @@ often in the first seconds).
 from __future__ import annotations
 
 import contextlib
+import signal
 import sys
 import time
 from dataclasses import dataclass
@@ -28,6 +29,7 @@ CHECK_SECONDS = 0.05
 FIRST_RESCAN_SECONDS = 0.1  # the rescan interval starts here and doubles up to RESCAN_SECONDS: a server
 RESCAN_SECONDS = 2.0  # spawns its ranks in its first second, and they are seen before the first test kills one
 SIM_WORKER = "pytest_sglang.sim.worker"
+TERMINATED = (-signal.SIGTERM, 128 + signal.SIGTERM)  # killed by SIGTERM, or exited as its handler does
 _LINUX = sys.platform.startswith("linux")
 
 
@@ -141,8 +143,10 @@ class TreeMembers:
         batch = self.first_deaths()
         if not batch or (len(batch) == 1 and batch[0].member.root):
             return None
-        # Of processes noticed gone together, the one whose status is known says the most.
-        batch.sort(key=lambda d: (d.status is None, d.member.root))
+        # Of processes noticed gone together, the one whose status is known says the most, except a SIGTERM: that
+        # is what a supervisor (torchrun's agent, SGLang's launcher) sends the survivors once one member died,
+        # and the member that died may have been reaped before anyone could read how.
+        batch.sort(key=lambda d: (d.status in TERMINATED, d.status is None, d.member.root))
         first, others = batch[0], batch[1:]
         if not others:
             return first.describe()

@@ -112,6 +112,9 @@ def test_a_fault_on_rank_1_names_it_at_once_and_leaves_nothing(
         # the root cause comes first: before rank 0's consequence (gloo's "Connection closed by peer")
         assert message.index("injected fault on rank 1") < message.index("Connection closed by peer")
     else:
-        assert "killed by SIGKILL" in message, message
-        assert "rank 1" in message or "rank1" in message, message
+        # rank 1 is named first; how it died is readable only while it is a zombie, and torchrun's agent reaps it
+        # at once (then it is "gone"), while rank 0, SIGTERMed by that agent, may still be read
+        first = re.search(r"First process of the server's tree to die: (rank\d) \(pid \d+\): ([^,]+)", message)
+        assert first and first.group(1) == "rank1", message
+        assert first.group(2).startswith(("killed by SIGKILL", "gone")), message
     assert not reap(mark), "server processes survived"
