@@ -193,3 +193,8 @@ def test_run_gpu_ci_dry_run_verdicts(tmp_path: Path, mark: str) -> None:
                           capture_output=True, text=True, timeout=30)
     assert gate.returncode == 3, gate.stdout + gate.stderr
     assert "::warning title=not judged (baseline)::(server): the server could not start" in gate.stdout
+
+    # The runner's noise settings reach pytest: a bad one is pytest's usage error, which blocks.
+    code, out = _run(project, "baseline", *ignore, SGLANG_CI_MAX_CV="15%", SGLANG_CI_CONFIDENCE="lots")
+    assert code == 1 and "--sglang-max-cv=15% --sglang-confidence=lots" in out, out
+    assert "ERROR: pytest failed (baseline): pytest exited 4: usage error" in out, out

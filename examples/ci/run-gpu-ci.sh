@@ -25,6 +25,8 @@
 #   SGLANG_CI_PROFILES               profiles when none are given (space-separated; default: baseline)
 #   SGLANG_CI_BASELINE               the committed baseline file (default: the plugin's, .sglang-baselines.json
 #                                    in the rootdir)
+#   SGLANG_CI_MAX_CV, SGLANG_CI_CONFIDENCE   this runner's noise: --sglang-max-cv / --sglang-confidence, the
+#                                    gate's defaults for checks that set none (docs/gpu.md measures them)
 #   PYTHON                           the interpreter with pytest-sglang installed (default: python3)
 set -uo pipefail
 
@@ -56,6 +58,8 @@ extra=()
 [ "$dry_run" = 1 ] && extra+=(--sglang-sim)
 [ "$update" = 1 ] && extra+=(--sglang-update-baseline)
 [ -n "${SGLANG_CI_BASELINE:-}" ] && extra+=("--sglang-baseline=$SGLANG_CI_BASELINE")
+[ -n "${SGLANG_CI_MAX_CV:-}" ] && extra+=("--sglang-max-cv=$SGLANG_CI_MAX_CV")
+[ -n "${SGLANG_CI_CONFIDENCE:-}" ] && extra+=("--sglang-confidence=$SGLANG_CI_CONFIDENCE")
 
 mkdir -p "$artifacts"
 dirs=()
