@@ -46,7 +46,7 @@ class ResultsView:
 
     def get(self, profile: str, test: str) -> BenchResult:
         self._skip_unless_ran(profile)
-        self._await_other_workers([profile], test)
+        self._await_results([profile], test)
         try:
             return self._ledger.get(profile, test)
         except ResultNotFoundError as exc:
@@ -57,7 +57,7 @@ class ResultsView:
         ``output_throughput="10%"``); returns the signed changes in percent (positive: ``better`` is better)."""
         for profile in (better, other):
             self._skip_unless_ran(profile)
-        self._await_other_workers([better, other], test)
+        self._await_results([better, other], test)
         try:
             return self._ledger.compare(better, other, test, **margins)
         except (ResultNotFoundError, PluginError, AssertionError) as exc:
@@ -74,7 +74,7 @@ class ResultsView:
 
         for profile in (profile_a, profile_b):
             self._skip_unless_ran(profile)
-        self._await_other_workers_outputs([profile_a, profile_b])
+        self._await_outputs([profile_a, profile_b])
         missing = [p for p in (profile_a, profile_b) if not self._ledger.outputs.get(p)]
         if missing:
             pytest.fail(f"no greedy outputs recorded under profile {missing[0]!r}: call sglang_outputs(prompts) in "
@@ -91,42 +91,50 @@ class ResultsView:
             pytest.fail(outcome.message, pytrace=False)
         return outcome
 
-    def _await_other_workers(self, profiles: list[str], test: str) -> None:
-        """Under pytest-xdist another worker may still be measuring what this comparison needs: wait for it."""
+    def _await_other_workers(self, done: Callable[[float], bool]) -> None:
+        """Under pytest-xdist another worker may still be measuring what a comparison needs: take in what every
+        worker published until ``done(now)``, or for RESULT_WAIT_SECONDS."""
         shared = self._plugin.shared
         deadline = time.monotonic() + RESULT_WAIT_SECONDS
-        while shared is not None and any(self._ledger.find(p, test) is None for p in profiles):
-            seen = {(b.profile, b.nodeid) for b in self._ledger.from_other_workers}
-            for entry in shared.published():
-                if entry.get("kind") != "outputs" and (entry["profile"], entry["nodeid"]) not in seen:
-                    self._ledger.from_other_workers.append(
-                        BenchEntry(entry["profile"], entry["test_id"], entry["nodeid"], entry["result"]))
-            if time.monotonic() > deadline:
+        while shared is not None:
+            self._take_in(shared.published())
+            now = time.monotonic()
+            if done(now) or now > deadline:
                 return
             time.sleep(0.5)
 
-    def _await_other_workers_outputs(self, profiles: list[str]) -> None:
-        """Under pytest-xdist, take in the greedy outputs every worker published, until both profiles have some
-        for the same prompts (or OUTPUTS_SETTLE_SECONDS after both have some, or RESULT_WAIT_SECONDS)."""
+    def _take_in(self, entries: list[dict[str, Any]]) -> None:
+        """Other workers' benchmark results and greedy outputs, into this ledger."""
         from pytest_sglang.bench.outputs import Output, OutputSet
 
-        shared = self._plugin.shared
-        deadline = time.monotonic() + RESULT_WAIT_SECONDS
+        seen = {(b.profile, b.nodeid) for b in self._ledger.from_other_workers}
+        for entry in entries:
+            if entry.get("kind") == "outputs":
+                self._ledger.outputs.setdefault(entry["profile"], OutputSet(entry["profile"])).add(
+                    [Output.from_dict(o) for o in entry["outputs"]])
+            elif (entry["profile"], entry["nodeid"]) not in seen:
+                self._ledger.from_other_workers.append(
+                    BenchEntry(entry["profile"], entry["test_id"], entry["nodeid"], entry["result"]))
+
+    def _await_results(self, profiles: list[str], test: str) -> None:
+        self._await_other_workers(lambda _now: all(self._ledger.find(p, test) is not None for p in profiles))
+
+    def _await_outputs(self, profiles: list[str]) -> None:
+        """Until both profiles have greedy outputs for the same prompts, or OUTPUTS_SETTLE_SECONDS after both
+        have some."""
         settle_by: float | None = None
-        while shared is not None:
-            for entry in shared.published():
-                if entry.get("kind") == "outputs":
-                    self._ledger.outputs.setdefault(entry["profile"], OutputSet(entry["profile"])).add(
-                        [Output.from_dict(o) for o in entry["outputs"]])
+
+        def done(now: float) -> bool:
+            nonlocal settle_by
             sets = [self._ledger.outputs.get(p) for p in profiles]
-            now = time.monotonic()
-            if all(sets):
-                if len({frozenset(s.outputs) for s in sets if s is not None}) == 1:
-                    return
-                settle_by = settle_by or now + OUTPUTS_SETTLE_SECONDS
-            if now > min(deadline, settle_by or deadline):
-                return
-            time.sleep(0.5)
+            if not all(sets):
+                return False
+            if len({frozenset(s.outputs) for s in sets if s is not None}) == 1:
+                return True
+            settle_by = settle_by or now + OUTPUTS_SETTLE_SECONDS
+            return now > settle_by
+
+        self._await_other_workers(done)
 
     def _skip_unless_ran(self, profile: str) -> None:
         selected = self._plugin.params()
