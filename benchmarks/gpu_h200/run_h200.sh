@@ -87,18 +87,22 @@ run_pytest() {  # run_pytest NAME TIMEOUT TEST_FILE PROFILES_FILE pytest-args...
   pgrep -af "sglang|transformers serve" | grep -v pgrep || echo "no server process left"
 }
 
-stage_a() {
-  setup || return 1
-  GATE_ROUNDS=5 NOISE_REPEATS=${NOISE_REPEATS:-5} session record 220 --sglang-profile=default \
-    --sglang-update-baseline --sglang-baseline="$W/out/baselines.json"
-  cp "$W/out/baselines.json" "$W/out/baselines-recorded.json"
-  "$PY" - "$W/out/baselines.json" <<'PYEOF'
+nograph_checks_against_default() {  # FILE: the regression is judged against default's baseline entries
+  "$PY" - "$1" <<'PYEOF'
 import copy, json, sys
 d = json.load(open(sys.argv[1]))
 d["baselines"]["nograph"] = copy.deepcopy(d["baselines"]["default"])
 json.dump(d, open(sys.argv[1], "w"), indent=1)
 print("copied default's baseline entries to nograph:", sorted(d["baselines"]["default"]))
 PYEOF
+}
+
+stage_a() {
+  setup || return 1
+  GATE_ROUNDS=5 NOISE_REPEATS=${NOISE_REPEATS:-5} session record 220 --sglang-profile=default \
+    --sglang-update-baseline --sglang-baseline="$W/out/baselines.json"
+  cp "$W/out/baselines.json" "$W/out/baselines-recorded.json"
+  nograph_checks_against_default "$W/out/baselines.json"
   GATE_ROUNDS=5 SWEEP=1 session check 255 --sglang-profile=default,nograph --sglang-baseline="$W/out/baselines.json"
   stamp "client ceiling"
   timeout -k 5 45 "$PY" benchmarks/client_ceiling.py --levels 16,64,128,256 --decode-tok-s 200 --output-len 200 \
@@ -200,13 +204,7 @@ stage_g() {  # G: examples/ci/run-gpu-ci.sh, record then check, on the gated tes
   PYTHON=$PY timeout -k 10 170 bash examples/ci/run-gpu-ci.sh --update-baseline --artifacts "$W/out/ci-record" \
     default "${ci[@]}"
   echo "run-gpu-ci.sh (record) exit $?"
-  "$PY" - "$SGLANG_CI_BASELINE" <<'PYEOF'
-import copy, json, sys
-d = json.load(open(sys.argv[1]))
-d["baselines"]["nograph"] = copy.deepcopy(d["baselines"]["default"])
-json.dump(d, open(sys.argv[1], "w"), indent=1)
-print("copied default's baseline entries to nograph:", sorted(d["baselines"]["default"]))
-PYEOF
+  nograph_checks_against_default "$SGLANG_CI_BASELINE"
   stamp "run-gpu-ci.sh default nograph"
   echo "+ PYTHON=$PY examples/ci/run-gpu-ci.sh --artifacts $W/out/ci-check default nograph ${ci[*]}"
   PYTHON=$PY timeout -k 10 330 bash examples/ci/run-gpu-ci.sh --artifacts "$W/out/ci-check" default nograph "${ci[@]}"
