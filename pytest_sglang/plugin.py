@@ -40,6 +40,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "sglang: test uses an LLM inference server (set by pytest-sglang)")
     config.addinivalue_line("markers", "sglang_compare: compares profiles' results; runs after all others")
+    config.addinivalue_line("markers", "sglang_ab(first, second, together=True): the sglang_ab fixture compares "
+                                       "profile `second` with `first`, both servers alive (together=False: one at "
+                                       "a time, bracketed); runs after the other server tests")
     config.pluginmanager.register(SGLangPlugin(config), PLUGIN_NAME)
 
 
@@ -72,6 +75,9 @@ class SGLangPlugin:
         self.shared = distributed.worker_servers(config)  # under pytest-xdist: the run's shared servers
         self.measure = Measurements(self.settings, self.ledger, self.shared)
         self.run = distributed.ControllerRun(self.settings)  # the xdist controller's side (inert elsewhere)
+        from pytest_sglang.server.pool import ServerPool
+
+        self.pool = ServerPool(self.open_server)  # the servers A/B tests need alive at once
 
     # Profiles and parametrization.
 
@@ -104,11 +110,15 @@ class SGLangPlugin:
     @pytest.hookimpl(trylast=True)
     def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
         for item in items:
-            if "sglang_server" in getattr(item, "fixturenames", ()):
+            if {"sglang_server", "sglang_ab"} & set(getattr(item, "fixturenames", ())):
                 item.add_marker("sglang")
+        # A/B tests after the others, grouped by pair (a pair's servers launch once), comparisons last.
+        ab = [i for i in items if i.get_closest_marker("sglang_ab") and not i.get_closest_marker("sglang_compare")]
+        pairs = list(dict.fromkeys(_ab_pair(i) for i in ab))
+        ab.sort(key=lambda i: pairs.index(_ab_pair(i)))
         last = [i for i in items if i.get_closest_marker("sglang_compare")]
-        if last:
-            items[:] = [i for i in items if not i.get_closest_marker("sglang_compare")] + last
+        if ab or last:
+            items[:] = [i for i in items if i not in ab and i not in last] + ab + last
 
     # Servers.
 
@@ -267,6 +277,7 @@ class SGLangPlugin:
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         from pytest_sglang.report import append_step_summary, write_html, write_json
 
+        self.pool.release()
         if self.shared is not None:
             distributed.send_to_controller(self.config, self.ledger, self.report())
         for line in self.run.stop_servers():
@@ -282,7 +293,7 @@ class SGLangPlugin:
             append_step_summary(report)
 
     def _has_benches(self) -> bool:
-        return bool(self.ledger.benches or self.run.bench_count)
+        return bool(self.ledger.benches or self.ledger.ab or self.run.bench_count)
 
 
 def _server_param(item: pytest.Item) -> str | None:
@@ -290,6 +301,11 @@ def _server_param(item: pytest.Item) -> str | None:
     callspec = getattr(item, "callspec", None)
     param = callspec.params.get("sglang_server") if callspec is not None else None
     return param if isinstance(param, str) else None
+
+
+def _ab_pair(item: pytest.Item) -> tuple[str, ...]:
+    marker = item.get_closest_marker("sglang_ab")
+    return tuple(str(a) for a in marker.args) if marker is not None else ()
 
 
 def _junit_startup(record: StartupRecord) -> list[tuple[str, object]]:
