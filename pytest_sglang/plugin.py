@@ -22,6 +22,7 @@ from pytest_sglang.measure import Measurements
 from pytest_sglang.nodes import fail_with
 from pytest_sglang.session import SessionLedger
 from pytest_sglang.settings import Settings, add_options
+from pytest_sglang.sim.drift import SimRun
 
 if TYPE_CHECKING:
     from pytest_sglang.server import ServerHandle, StartupRecord
@@ -75,6 +76,7 @@ class SGLangPlugin:
         self.shared = distributed.worker_servers(config)  # under pytest-xdist: the run's shared servers
         self.measure = Measurements(self.settings, self.ledger, self.shared)
         self.run = distributed.ControllerRun(self.settings)  # the xdist controller's side (inert elsewhere)
+        self.sim_run = distributed.worker_sim_run(config) or SimRun.draw().to_env()  # one drift per pytest run
         from pytest_sglang.server.pool import ServerPool
 
         self.pool = ServerPool(self.open_server)  # the servers A/B tests need alive at once
@@ -137,7 +139,7 @@ class SGLangPlugin:
         if self._log_dir is None:
             self._log_dir = self.settings.make_log_dir()
         plan = plan_launch(profile, sim=self.settings.sim, log_dir=self._log_dir,
-                           startup_timeout=self.settings.startup_timeout)
+                           startup_timeout=self.settings.startup_timeout, sim_run=self.sim_run)
         if profile.ssh:  # on another host: the remote origin (server/remote.py)
             from pytest_sglang.server.remote import launch_remote_server
 
@@ -269,6 +271,7 @@ class SGLangPlugin:
     @pytest.hookimpl(optionalhook=True)
     def pytest_configure_node(self, node: Any) -> None:
         node.workerinput[distributed.WORKER_INPUT] = self.run.folder_for_workers()
+        node.workerinput[distributed.WORKER_SIM_RUN] = self.sim_run
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_testnodedown(self, node: Any, error: object) -> None:

@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import sys
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from difflib import get_close_matches
 from pathlib import Path
 from typing import Any
 
 from pytest_sglang.errors import ProfileError
 from pytest_sglang.kinds import KINDS
+from pytest_sglang.sim.config import FAULTS, KNOB_ENV, KnobError, Knobs, load_knobs
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -44,12 +46,8 @@ _KEY_TYPES: dict[str, tuple[tuple[type, ...], str]] = {
     "remote_log_dir": ((str,), "a folder on the ssh host for the server's log"),
     "gpus": ((list,), "a list of GPU indices such as [0] or [0, 1], exported as CUDA_VISIBLE_DEVICES"),
 }
-SIM_KNOBS = frozenset({
-    "startup_seconds", "decode_tok_s", "ttft_ms", "max_batch", "fault", "fault_after",
-    "crash_after_requests", "ignore_sigterm", "accept_length", "spec_speedup", "jitter", "output_variant",
-    "output_margin", "vocab_size", "metrics_format", "metrics_skew",
-})
-SIM_FAULTS = (None, "traceback", "exit", "hang", "bad-flag")
+SIM_KNOBS = frozenset(f.name for f in fields(Knobs))
+SIM_FAULTS = (None, *FAULTS)
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
 
@@ -288,6 +286,10 @@ class _Loader:
                 f"{self.where(name, 'sim')}: fault {sim['fault']!r} is not one of "
                 f"{', '.join(repr(f) for f in SIM_FAULTS if f)}."
             )
+        try:
+            load_knobs(json.dumps(sim))
+        except KnobError as exc:
+            raise ProfileError(f"{self.where(name, 'sim')}: {str(exc).removeprefix(KNOB_ENV + ': ')}.") from None
         return Profile(
             name=name,
             source=self.path,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 from dataclasses import asdict, dataclass, fields
 from typing import Any
@@ -27,6 +28,8 @@ class Knobs:
     accept_length: float = 3.2  # tokens per verify step, only under speculative decoding
     spec_speedup: float = 1.0  # per-request pace multiplier under speculative decoding
     jitter: float = 0.0  # fraction: each benchmark round's pace (decode and TTFT) varies at random by up to this
+    session_drift: float = 0.0  # CV of one lognormal speed factor per pytest run, shared by its servers (drift.py)
+    wander: float = 0.0  # per minute: the speed's slow random walk within a run, sd of log speed after 1 min
     output_variant: int = 0  # not 0: every output token from the 5th on differs from variant 0's (engine.py)
     output_margin: float = 4.0  # nats each output token leads its runner-up by (the other variant's token)
     vocab_size: int = 32000  # token ids at or above it are answered 400 "out of vocabulary"; /tokenize keeps below
@@ -83,6 +86,10 @@ def _validate(k: Knobs) -> None:
     num("spec_speedup", True)
     num("jitter", False)
     num("output_margin", False)
+    for name in ("session_drift", "wander"):
+        num(name, False)
+        if not math.isfinite(getattr(k, name)):
+            raise KnobError(f"{KNOB_ENV}: {name} must be a finite number (0.15: about 15 %), got {getattr(k, name)!r}")
     if k.jitter >= 1:
         raise KnobError(f"{KNOB_ENV}: jitter must be a fraction below 1 (0.05: up to 5 %), got {k.jitter!r}")
     for name, least in (("output_variant", None), ("vocab_size", 256), ("metrics_skew", 0)):

@@ -25,6 +25,7 @@ from types import FrameType
 from typing import Any
 
 from pytest_sglang.sim.config import KNOB_ENV, KnobError, Knobs, ServerArgs, load_knobs, parse_args
+from pytest_sglang.sim.drift import HostSpeed, RunError, SimRun
 from pytest_sglang.sim.engine import (
     Engine,
     Pacing,
@@ -48,7 +49,7 @@ class SimHTTPServer6(SimHTTPServer):
 
 
 class SimServer:
-    def __init__(self, args: ServerArgs, knobs: Knobs) -> None:
+    def __init__(self, args: ServerArgs, knobs: Knobs, run: SimRun) -> None:
         self.args = args
         self.knobs = knobs
         self.log = Logger()
@@ -60,7 +61,8 @@ class SimServer:
             accept_length=knobs.accept_length if args.speculative else None,
             spec_speedup=knobs.spec_speedup,
         )
-        self.engine = Engine(self.pacing, knobs.max_batch, jitter=knobs.jitter)
+        self.host_speed = HostSpeed(run, knobs.session_drift, knobs.wander)
+        self.engine = Engine(self.pacing, knobs.max_batch, jitter=knobs.jitter, host_speed=self.host_speed.factor)
         self.metrics = Metrics(fmt=knobs.metrics_format, model=args.served_model_name, skew=knobs.metrics_skew)
         self.ready = threading.Event()
         self.http_up = False
@@ -79,6 +81,10 @@ class SimServer:
         warmup = self.pacing.ttft_s + 7 / self.pacing.pace + 0.05
         ranks_end = max(0.5 * S, S - warmup - 0.03 * S)
         self.log.line(f"server_args={self.args.repr_line()}")
+        if self.host_speed.drifts:
+            self.log.line(f"sim host speed: session factor {self.host_speed.session:.4f} "
+                          f"(session_drift {self.knobs.session_drift}, wander {self.knobs.wander} per minute, "
+                          f"seed {self.host_speed.run.seed})")
         try:
             self.bind()
         except OSError as exc:
@@ -286,8 +292,9 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     try:
         knobs = load_knobs()
-    except KnobError as exc:
+        run = SimRun.from_env()
+    except (KnobError, RunError) as exc:
         print(f"pytest_sglang.sim: {exc}", file=sys.stderr, flush=True)
         return 2
     args = parse_args(argv, knobs)
-    return SimServer(args, knobs).run()
+    return SimServer(args, knobs, run).run()
