@@ -101,6 +101,8 @@ class SessionLedger:
         from pytest_sglang.baseline import compare_profiles
 
         outcome = compare_profiles(better, self.get(better, test), other, self.get(other, test), test, margins)
+        if outcome.message not in self.notes:  # the ratio, its interval and p-value, in the summary
+            self.notes.append(outcome.message)
         if outcome.failed:
             raise ProfileComparisonError(outcome.message)
         return dict(outcome.gains)

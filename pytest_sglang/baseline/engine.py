@@ -14,7 +14,9 @@ message. With one sample on either side, or too few rounds for the test to reach
 tolerance alone decides, and the message says so. A side whose rounds spread more than ``max_cv_pct`` (CV, in
 percent) is ``not-judged``: "too noisy to judge". A ``3sigma`` tolerance is three standard deviations of the
 reference's samples; with one reference sample it cannot be judged either. Profile comparisons (margins)
-compare the medians.
+compare the medians; with rounds on both sides the message gives the ratio of the medians with its bootstrap
+interval and the rank-sum p-value ("eagle3 is 0.54x baseline (95% CI 0.52-0.56, 5 rounds vs 5, p=0.004)"),
+while the margin alone still decides.
 
 An A/B comparison (:func:`compare_ab`, behind the ``sglang_ab`` fixture) judges a second profile against a
 first measured in the same job. Interleaved (both servers alive, rounds A B B A ...): the paired ratios
@@ -177,9 +179,21 @@ def judge(
     if margin:
         status: Status = "regressed" if gain < bound else "ok"
         message = f"{metric}: {versus} ({shown}, {d} is better)"
+        p_margin: float | None = None
+        ci_margin: tuple[float, float] | None = None
+        if n >= 2 and m >= 2:  # rounds on both sides: the ratio's interval and its significance beside it
+            observed: Alternative = "less" if cur_med < ref_med else "greater"
+            p_margin = rank_sum_p(cur, ref, observed)
+            ci_margin = bootstrap_change_ci(cur, ref, confidence, resamples=resamples) if resamples > 0 else None
+            interval = (f"{confidence:.0%} CI {1 + ci_margin[0] / 100:.2f}-{1 + ci_margin[1] / 100:.2f}, "
+                        if ci_margin else "")
+            ratio = cur_med / ref_med if ref_med else math.inf
+            message = (f"{metric}: {current_label or 'this'} is {ratio:.2f}x {reference_label} ({interval}"
+                       f"{_rounds(n)} vs {m}, {_p(p_margin)}): {versus} ({shown}, {d} is better)")
         if status == "regressed":
             message += f"; needed a margin of {tolerance}"
-        return made(status, message, allowed=bound)
+        return made(status, message, method="mann-whitney" if p_margin is not None else "tolerance",
+                    p_value=p_margin, ci_pct=ci_margin, allowed=bound)
 
     noisy = [(cv, side, k) for cv, side, k in ((cur_cv, "this run", n), (ref_cv, "the baseline", m))
              if cv is not None and max_cv_pct is not None and cv > max_cv_pct]
@@ -317,7 +331,8 @@ def compare_profiles(better: str, a: BenchResult, other: str, b: BenchResult, te
             if va is None or vb is None or math.isnan(va) or math.isnan(vb):
                 outcome.failures.append(f"{metric}: {better}={va}, {other}={vb}: cannot compare")
                 continue
-            j = judge(metric, va, vb, tol, margin=True, current_label=better, reference_label=other)
+            sa, sb = metric_samples(a, metric) or [va], metric_samples(b, metric) or [vb]
+            j = judge(metric, sa, sb, tol, margin=True, current_label=better, reference_label=other)
         except BaselineError as exc:
             outcome.failures.append(f"{metric}: {exc}")
             continue

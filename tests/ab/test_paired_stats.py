@@ -109,3 +109,18 @@ def test_compare_ab_names_what_it_cannot_compare() -> None:
     assert any("no direction known for metric 'bogus'" in e for e in outcome.errors)
     assert compare_ab("main", "candidate", samples, {"output_throughput": "5%"}).gate == "passed"
     assert math.isclose(outcome.judgements[0].ratio, 1.0)
+
+
+def test_profile_comparison_reports_the_interval_and_significance_of_rounds() -> None:
+    from pytest_sglang.baseline.engine import compare_profiles
+
+    eagle3 = {"output_throughput": [54.1, 53.0, 55.2, 54.0, 54.4]}
+    baseline = {"output_throughput": [100.0, 98.0, 101.0, 99.5, 100.2]}
+    slower = compare_profiles("eagle3", eagle3, "baseline", baseline, "t", {"output_throughput": "0%"})
+    assert slower.failed
+    assert "eagle3 is 0.54x baseline (95% CI 0.53-0.55, 5 rounds vs 5, p=0.004)" in slower.message
+    faster = compare_profiles("baseline", baseline, "eagle3", eagle3, "t", {"output_throughput": "50%"})
+    assert not faster.failed and faster.gains["output_throughput"] == pytest.approx((100.0 / 54.1 - 1) * 100, abs=0.1)
+    assert "baseline is 1.85x eagle3 (95% CI" in faster.message
+    one = compare_profiles("eagle3", {"output_throughput": 54.1}, "baseline", {"output_throughput": 100.0}, "t", {})
+    assert "x baseline" not in one.message  # one figure a side: no interval to give
