@@ -80,7 +80,7 @@ def spread_rows(jobs: list[dict[str, Any]], ks: list[int]) -> list[dict[str, Any
     for k in ks:
         cvs, widths = [], []
         for ab in jobs:
-            a, b = ab["rounds"]["main"][:k], ab["rounds"]["candidate"][:k]
+            a, b = ab["rounds"][ab["first"]][:k], ab["rounds"][ab["second"]][:k]
             if len(a) < k:
                 continue
             j = judge_paired("output_throughput", a, b, None)
@@ -105,9 +105,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--jobs", type=int, default=20)
     ap.add_argument("--rounds", type=int, default=12)
-    ap.add_argument("--requests", type=int, default=8, help="requests per round (the round length)")
-    ap.add_argument("--long-requests", type=int, default=32, help="the longer round of the spread study")
-    ap.add_argument("--long-jobs", type=int, default=5)
+    ap.add_argument("--requests", type=int, default=32, help="requests per round (the round length)")
+    ap.add_argument("--study-requests", type=int, default=8, help="the other round length of the spread study")
+    ap.add_argument("--study-jobs", type=int, default=5, help="A-vs-A jobs at that round length")
     ap.add_argument("--tolerance", default="2.5%")
     ap.add_argument("--slower", type=float, default=0.05, help="the candidate's decode_tok_s is this much lower")
     ap.add_argument("--write", type=Path, help="replace the 'Interleaved A/B' section of this markdown file")
@@ -116,18 +116,18 @@ def main() -> int:
 
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="ab-sim-") as tmp:
-        same, slow, long_ = Path(tmp, "same"), Path(tmp, "slow"), Path(tmp, "long")
+        same, slow, other = Path(tmp, "same"), Path(tmp, "slow"), Path(tmp, "other")
         project(same, BASE_TOK_S)
         project(slow, BASE_TOK_S * (1 - args.slower))
-        project(long_, BASE_TOK_S)
+        project(other, BASE_TOK_S)
         kw = {"rounds": args.rounds, "tolerance": args.tolerance}
         a_a = [run_job(same, 1000 + i, requests=args.requests, **kw) for i in range(args.jobs)]
         a_b = [run_job(slow, 2000 + i, requests=args.requests, **kw) for i in range(args.jobs)]
-        longer = [run_job(long_, 3000 + i, requests=args.long_requests, **kw) for i in range(args.long_jobs)]
+        study = [run_job(other, 3000 + i, requests=args.study_requests, **kw) for i in range(args.study_jobs)]
     elapsed = time.monotonic() - started
 
     ks = sorted({k for k in (6, 8, 10, args.rounds) if k <= args.rounds})
-    short_rows, long_rows = spread_rows(a_a, ks), spread_rows(longer, ks)
+    main_rows, study_rows = spread_rows(a_a, ks), spread_rows(study, ks)
     sd_logs = [statistics.stdev([math.log(y / x) for x, y in zip(ab["rounds"]["main"], ab["rounds"]["candidate"],
                                                                  strict=True)]) for ab in a_a]
     sd_log = statistics.median(sd_logs)
@@ -144,8 +144,10 @@ def main() -> int:
 
     lines = [
         SECTION, "",
-        f"`python benchmarks/ab_sim.py --jobs {args.jobs} --rounds {args.rounds} --requests {args.requests}` "
-        f"({platform.node() or 'this machine'}, {os.cpu_count()} cores shared with other test runs; "
+        f"`python benchmarks/ab_sim.py --jobs {args.jobs} --rounds {args.rounds} --requests {args.requests} "
+        f"--study-requests {args.study_requests}` "
+        f"({platform.node() or 'this machine'}, {os.cpu_count()} cores shared with other test runs, load average "
+        f"{os.getloadavg()[0]:.1f} at the end; "
         f"{elapsed / 60:.1f} min in all). Simulator knobs of both profiles: `{DRIFT}`, "
         f"`decode_tok_s = {BASE_TOK_S:g}`; each job its own pytest session and `PYTEST_SGLANG_SIM_SEED`; "
         f"`sglang_ab(num_requests={args.requests}, concurrency=8, input_len=16, output_len=32, "
@@ -159,9 +161,9 @@ def main() -> int:
         "again through `judge_paired`; medians over the jobs): CV of the paired ratios and the width of the "
         "95 % Hodges-Lehmann interval of the ratio.", "",
         "| pairs | CV, " + f"{args.requests} req/round | CI width, {args.requests} req/round | "
-        f"CV, {args.long_requests} req/round | CI width, {args.long_requests} req/round |", "|---|---|---|---|---|",
+        f"CV, {args.study_requests} req/round | CI width, {args.study_requests} req/round |", "|---|---|---|---|---|",
     ]
-    for s, lrow in zip(short_rows, long_rows, strict=True):
+    for s, lrow in zip(main_rows, study_rows, strict=True):
         def f(v: float | None) -> str:
             return "-" if v is None else f"{v:.2f} %"
         lines.append(f"| {s['pairs']} | {f(s['cv_pct'])} | {f(s['ci_width_pct'])} | {f(lrow['cv_pct'])} | "
@@ -174,7 +176,7 @@ def main() -> int:
     text = "\n".join(lines)
     print(text)
     if args.json:
-        args.json.write_text(json.dumps({"same": a_a, "slower": a_b, "longer": longer}, indent=1))
+        args.json.write_text(json.dumps({"same": a_a, "slower": a_b, "study": study}, indent=1))
     if args.write:
         old = args.write.read_text() if args.write.exists() else "# A/B and cross-session gates: evidence\n\n"
         head, found, rest = old.partition(SECTION)

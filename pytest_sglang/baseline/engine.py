@@ -22,6 +22,9 @@ An A/B comparison (:func:`compare_ab`, behind the ``sglang_ab`` fixture) judges 
 first measured in the same job. Interleaved (both servers alive, rounds A B B A ...): the paired ratios
 second/first of each pair, judged by the exact Wilcoxon signed-rank test of their logarithms, with the
 Hodges-Lehmann interval that goes with it (stats.py); the ratio shown is the median of the paired ratios.
+Significance there is two-sided at ``confidence`` (the one-sided p-value at most half of ``1 - confidence``,
+so that a change is significant exactly when its interval leaves 1 out): on a GPU host whose rounds spread
+25 %, a one-sided 5 % test let identical servers "regress" (benchmarks/RESULTS-ab.md). 6 pairs can reach it.
 Bracketed (first, second, first again): the second side's rounds against both first-side runs by the rank-sum
 test, the drift between the two first-side runs beside it; a drift past the tolerance is not judged.
 
@@ -447,14 +450,15 @@ def judge_paired(metric: str, first: Sequence[float], second: Sequence[float], t
     if tolerance is None:
         return made("ok")
     bound = _bound_pct(metric, tolerance, statistics.median(a))
-    alpha = 1.0 - confidence
-    if signed_rank_min_p(n) > alpha:
-        need = next(k for k in range(1, 64) if signed_rank_min_p(k) <= alpha)
-        return made("not-judged", f"not judged: {sample} cannot reach p<={alpha:g} (rounds={need} can)")
+    tail = (1.0 - confidence) / 2  # two-sided: significant exactly when the interval leaves 1 out
+    if signed_rank_min_p(n) > tail:
+        need = next(k for k in range(1, 64) if signed_rank_min_p(k) <= tail)
+        return made("not-judged", f"not judged: {sample} cannot reach significance at {confidence:.0%} "
+                                  f"(rounds={need} can)")
     if cv is not None and max_cv_pct is not None and cv > max_cv_pct:
         return made("not-judged", f"too noisy to judge: the paired ratios spread CV {cv:.0f}% over {sample} "
                                   f"(limit {max_cv_pct:g}%)")
-    return made(_status_of(gain, bound, p_worse, p_better, alpha))
+    return made(_status_of(gain, bound, p_worse, p_better, tail))
 
 
 def judge_bracketed(metric: str, before: Sequence[float], second: Sequence[float], after: Sequence[float],

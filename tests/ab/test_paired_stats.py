@@ -83,8 +83,12 @@ def test_within_tolerance_or_not_significant_passes() -> None:
 
 
 def test_too_few_pairs_or_too_noisy_is_not_judged() -> None:
-    few = judge_paired("output_throughput", [100.0] * 4, [80.0] * 4, Tolerance.parse("x", "5%"))
-    assert few.status == "not-judged" and "4 pairs cannot reach p<=0.05 (rounds=5 can)" in few.message
+    few = judge_paired("output_throughput", [100.0] * 5, [80.0] * 5, Tolerance.parse("x", "5%"))
+    assert few.status == "not-judged" and "5 pairs cannot reach significance at 95% (rounds=6 can)" in few.message
+    # one pair the other way in 6: one-sided p = 2/64 = 0.031, above the two-sided 2.5 % a tail: not significant
+    one_off = judge_paired("output_throughput", [100.0] * 6, [80.0, 81, 82, 83, 84, 101], Tolerance.parse("x", "5%"),
+                           max_cv_pct=None)
+    assert one_off.status == "ok" and one_off.p_value == pytest.approx(2 / 64)
     wild = [60.0, 140.0, 70.0, 130.0, 50.0, 150.0]
     noisy = judge_paired("output_throughput", [100.0] * 6, wild, Tolerance.parse("x", "5%"))
     assert noisy.status == "not-judged" and "too noisy to judge: the paired ratios spread CV" in noisy.message
