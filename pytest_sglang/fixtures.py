@@ -243,19 +243,25 @@ def sglang_ab(request: pytest.FixtureRequest) -> Callable[..., ABResult]:
     ``together=False`` in the marker: one server at a time, first, second, first again (bracketing)."""
     plugin = plugin_of(request.config)
     first, second, together = _ab_marker(request)
+    if plugin.settings.url:
+        pytest.fail("sglang_ab launches both profiles' servers; --sglang-url attaches to one running server. Run "
+                    "the A/B tests without --sglang-url.", pytrace=False)
     selected = plugin.params()
     missing = [p for p in (first, second) if p not in selected]
     if missing:
         pytest.skip(f"A/B {first} vs {second}: profile {missing[0]!r} is not selected (selected: "
                     f"{', '.join(selected) or 'none'}); pass --sglang-profile="
                     f"{','.join(dict.fromkeys([*selected, first, second]))} to run it")
-    if plugin.settings.url:
-        pytest.fail("sglang_ab launches both profiles' servers; --sglang-url attaches to one running server. Run "
-                    "the A/B tests without --sglang-url.", pytrace=False)
     if plugin.shared is not None:
         pytest.fail("sglang_ab does not run under pytest-xdist yet (both servers of a pair must be alive in one "
                     "process and its rounds must not share the machine with other workers' load): run the A/B "
                     "tests in a pytest call without -n (e.g. `pytest -m sglang_ab`).", pytrace=False)
+
+    if together:  # started here, in setup, so that neither startup counts against the test's --timeout
+        try:
+            plugin.pool.acquire([first, second])
+        except PluginError as exc:
+            fail_with(exc)
 
     def ab(**kwargs: Any) -> ABResult:
         return plugin.measure.run_ab(request, plugin.pool, (first, second), together, kwargs)

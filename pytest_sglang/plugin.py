@@ -175,6 +175,10 @@ class SGLangPlugin:
     @pytest.hookimpl(optionalhook=True, tryfirst=True)
     def pytest_timeout_set_timer(self, item: pytest.Item, settings: Any) -> bool | None:
         param = _server_param(item)
+        pair = _ab_pair(item) if "sglang_ab" in getattr(item, "fixturenames", ()) else ()
+        if pair and not set(pair) <= set(self.pool.alive()):
+            item.stash[DEFERRED_TIMEOUT] = settings  # sglang_ab's setup starts the pair's servers
+            return True
         if param is None or param in self.ledger.startups:
             return None
         item.stash[DEFERRED_TIMEOUT] = settings

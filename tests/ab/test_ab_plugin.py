@@ -57,14 +57,14 @@ def test_ab_pass_regress_not_judged_broken_and_unselected(pytester: pytest.Pytes
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--sglang-sim", "-s", "-rsw",
                                            "--sglang-profile=same,slow,broken,main", f"--sglang-report={report}",
                                            "--junitxml=junit.xml", timeout=240)
-    result.assert_outcomes(passed=5, failed=2, errors=1, skipped=1)
+    result.assert_outcomes(passed=5, failed=1, errors=2, skipped=1)
     out = result.stdout.str()
     ratio = float(re.search(r"RATIO (\S+)", out).group(1))  # type: ignore[union-attr]
     assert 0.9 < ratio < 1.1
     result.stdout.fnmatch_lines([
-        "*slow output_throughput 0.[4-7]?x main (95% CI 0.*, 8 pairs, p=0.0*; tolerance 5%) regressed*",
         "*A/B main vs broken: the server of profile 'broken' failed to start while main was running*"
         "--mem-fraction-static*",
+        "*slow output_throughput 0.[4-7]?x main (95% CI 0.*, 8 pairs, p=0.0*; tolerance 5%) regressed*",
         "*NotJudgedWarning: output_throughput not judged: 3 pairs cannot reach significance at 95% (rounds=6 can)*",
         "*SKIPPED*A/B main vs elsewhere: profile 'elsewhere' is not selected*--sglang-profile=same,slow,"
         "broken,main,elsewhere*",
@@ -108,3 +108,59 @@ def test_bracketing_runs_one_server_at_a_time_and_reports_the_drift(pytester: py
                                  "*% from before to after; tolerance 20%) regressed*"])
     launches = re.findall(r"\[sglang (\w+)\] launching", result.stdout.str())
     assert launches == ["main", "slow", "main"]
+
+
+def test_a_drifting_machine_is_not_judged(pytester: pytest.Pytester, mark: str,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    drifting = "startup_seconds = 0.2, decode_tok_s = 400, ttft_ms = 5, wander = 3.0"
+    pytester.makefile(".toml", pyproject=profile_toml("main", mark, sim=drifting) +
+                      profile_toml("slow", mark, sim=drifting.replace("400", "300")))
+    pytester.makepyfile(test_ab=BRACKETED)
+    monkeypatch.setenv("PYTEST_SGLANG_SIM_SEED", "7")  # a walk that moves the host by far more than 20 % in seconds
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--sglang-sim", "-rw",
+                                           "--sglang-profile=main,slow", timeout=120)
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*NotJudgedWarning: output_throughput not judged: the machine drifted *% during the "
+                                 "comparison (main before vs after; tolerance 20%)*"])
+
+
+MISUSED = """
+import pytest
+
+@pytest.mark.sglang_ab("main")
+def test_one_profile(sglang_ab):
+    pass
+
+@pytest.mark.sglang_ab("main", "main")
+def test_same_profile_twice(sglang_ab):
+    pass
+
+def test_unmarked(sglang_ab):
+    pass
+
+@pytest.mark.sglang_ab("main", "other", together="no")
+def test_together_not_a_bool(sglang_ab):
+    pass
+
+@pytest.mark.sglang_ab("main", "other")
+def test_pair(sglang_ab):
+    pass
+"""
+
+
+@pytest.mark.parametrize("option", ["-n1", "--sglang-url=http://127.0.0.1:9"])
+def test_misuse_says_what_to_do(pytester: pytest.Pytester, mark: str, option: str) -> None:
+    pytester.makefile(".toml", pyproject=profile_toml("main", mark, sim=FAST) + profile_toml("other", mark, sim=FAST))
+    pytester.makepyfile(test_ab=MISUSED)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--sglang-sim", "--sglang-profile=main,other"
+                                           if option.startswith("-n") else "--sglang-profile=main", option,
+                                           timeout=120)
+    out = result.stdout.str()
+    assert "takes two different profile names and together=True|False, got args ('main',)" in out
+    assert "got args ('main', 'main')" in out
+    assert 'needs to know which two profiles to compare: mark the test @pytest.mark.sglang_ab("main", ' in out
+    if option.startswith("-n"):
+        assert "together=...) must be True or False, got 'no'" in out
+        assert "sglang_ab does not run under pytest-xdist yet" in out and "without -n" in out
+    else:
+        assert "sglang_ab launches both profiles' servers; --sglang-url attaches to one running server" in out
