@@ -98,8 +98,14 @@ class ABResult:
         may be); ``confidence`` and ``max_cv`` set the gate as in sglang_baseline.check."""
         from pytest_sglang.baseline.checks import GATE_OPTIONS, gate_options
 
-        options = {k: v for k, v in tolerances.items() if k in GATE_OPTIONS}
-        confidence, max_cv = (gate_options(options) if options else (self.confidence, self.max_cv_pct))
+        confidence, max_cv = self.confidence, self.max_cv_pct  # the session's (--sglang-confidence, --sglang-max-cv)
+        try:
+            if "confidence" in tolerances:
+                confidence = gate_options({"confidence": tolerances["confidence"]})[0]
+            if "max_cv" in tolerances:
+                max_cv = gate_options({"max_cv": tolerances["max_cv"]})[1]
+        except BaselineError as exc:
+            return ABComparison(self.first, self.second, errors=[str(exc)])
         metrics = {k: v for k, v in tolerances.items() if k not in GATE_OPTIONS} or {"output_throughput": "5%"}
         samples = {m: s for m in metrics if (s := self.samples(m)) is not None}
         return compare_ab(self.first, self.second, samples, metrics, bracketed=not self.together,
