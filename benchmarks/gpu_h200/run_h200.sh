@@ -222,7 +222,7 @@ stage_g() {  # G: examples/ci/run-gpu-ci.sh, record then check, on the gated tes
 
 stage_ab() {  # AB: interleaved A/B on one GPU, then the spread study
   setup || return 1
-  FIGURES=$OUT/figures.jsonl AB_ROUNDS=${AB_ROUNDS:-10} run_pytest ab "${AB_LIMIT:-390}" test_ab.py profiles-ab.toml \
+  FIGURES=$OUT/figures.jsonl run_pytest ab "${AB_LIMIT:-420}" test_ab.py profiles-ab.toml \
     --sglang-profile=ab-main,ab-same,ab-mrr12
   stamp "ab_study.py"
   "$PY" benchmarks/gpu_h200/ab_study.py "$OUT/figures.jsonl" "$OUT/ab-study.json"
