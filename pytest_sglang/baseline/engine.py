@@ -368,10 +368,6 @@ class ABJudgement:
     drift_pct: float | None = None  # bracketed: the first side's change from its run before to its run after
     reason: str | None = None  # why not judged
 
-    @property
-    def change_pct(self) -> float:
-        return (self.ratio - 1.0) * 100.0
-
     def to_dict(self) -> dict[str, Any]:
         return {"metric": self.metric, "ratio": self.ratio, "ci": list(self.ci) if self.ci else None,
                 "p_value": self.p_value, "pairs": self.pairs, "status": self.status, "method": self.method,

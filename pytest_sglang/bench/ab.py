@@ -119,21 +119,15 @@ class ABResult:
             self.on_check(outcome)
         return outcome
 
-    def summary(self) -> str:
-        how = f"{self.pairs} pairs interleaved" if self.together else \
-            f"bracketed, {self.pairs} rounds; {self.first} drifted {self.drift_pct or 0.0:+.1f}%"
-        shown = ", ".join(f"{m} {self.ratio[m]:.3f}x" + (f" ({c[0]:.3f}-{c[1]:.3f})" if (c := self.ci[m]) else "")
-                          for m in ("output_throughput", "median_itl_ms") if m in self.ratio)
-        return f"{self.second} vs {self.first} ({how}): {shown}"
-
     def to_dict(self) -> dict[str, Any]:
+        gate, reason = _gate_of(self.comparisons)
         return {"first": self.first, "second": self.second, "together": self.together, "pairs": self.pairs,
                 "order": list(self.order), "ratio": dict(self.ratio),
                 "ci": {m: list(c) if c else None for m, c in self.ci.items()}, "p_value": dict(self.p_value),
                 "confidence": self.confidence, "drift_pct": self.drift_pct,
                 "rounds": {p: [r.output_throughput for r in rs] for p, rs in self.rounds.items()},
                 "checks": [c.to_dict() for c in self.comparisons],
-                "gate": _gate_of(self.comparisons)[0], "gate_reason": _gate_of(self.comparisons)[1]}
+                "gate": gate, "gate_reason": reason}
 
 
 def _median_change(after: list[float], before: list[float]) -> float | None:
