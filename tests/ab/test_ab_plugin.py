@@ -164,3 +164,19 @@ def test_misuse_says_what_to_do(pytester: pytest.Pytester, mark: str, option: st
         assert "sglang_ab does not run under pytest-xdist yet" in out and "without -n" in out
     else:
         assert "sglang_ab launches both profiles' servers; --sglang-url attaches to one running server" in out
+
+
+def test_the_pairs_startup_is_not_charged_to_the_tests_timeout(pytester: pytest.Pytester, mark: str) -> None:
+    slow_start = "startup_seconds = 2.5, decode_tok_s = 400, ttft_ms = 5"
+    pytester.makefile(".toml", pyproject=profile_toml("main", mark, sim=slow_start) +
+                      profile_toml("same", mark, sim=slow_start))
+    pytester.makepyfile(test_ab=f'''
+import pytest
+
+@pytest.mark.sglang_ab("main", "same")
+def test_pair(sglang_ab):
+    sglang_ab({WORKLOAD}, rounds=2)
+''')
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--sglang-sim", "--timeout=4",
+                                           "--sglang-profile=main,same", timeout=120)
+    result.assert_outcomes(passed=1)  # two startups of 2.5 s each, then rounds well inside the 4 s
