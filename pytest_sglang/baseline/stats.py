@@ -19,6 +19,7 @@ untied samples); the test suite checks a few against tabulated values instead of
 
 from __future__ import annotations
 
+import functools
 import math
 import random
 import statistics
@@ -152,6 +153,7 @@ def t_cdf(t: float, df: float) -> float:
     return 1.0 - tail if t > 0 else tail
 
 
+@functools.lru_cache(maxsize=256)
 def t_quantile(p: float, df: float) -> float:
     """The ``p`` quantile of Student's t (bisection on :func:`t_cdf`; 0 < p < 1)."""
     if not 0.0 < p < 1.0:
