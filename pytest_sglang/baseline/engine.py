@@ -6,6 +6,14 @@ against its stored baseline with a *tolerance*: how much worse it may be. A prof
 (:func:`compare_profiles`, behind ``sglang_results.compare``) judges one profile's figure against another's
 with a *margin*: how much better it must be.
 
+Sessions: a baseline that keeps the medians of its recording sessions (store.py, version 3) and has at least
+SESSIONS_NEEDED of them is judged by :func:`judge_sessions` instead: how much whole sessions differ, not how
+much one session's rounds do (on a real host sessions differ far more, docs/gpu.md). The new session's median
+regresses when even an unchanged session at the tolerance's edge would fall that low with chance at most
+``1 - confidence``: the one-sided prediction bound of the past sessions' medians (log scale, Student's t,
+stats.SessionSpread), shifted by the tolerance. With fewer sessions :func:`judge` applies and the check says
+that the session noise is not yet known.
+
 Either side is one figure or the samples of several rounds (``sglang_bench(rounds=N)``, a baseline recorded
 from them). With at least two samples a side, a baseline check fails only when the change of the medians is
 beyond the tolerance AND significant in the metric's bad direction: the one-sided Mann-Whitney U test at
@@ -45,6 +53,7 @@ from pytest_sglang.baseline.directions import Direction, Tolerance, direction, f
 from pytest_sglang.baseline.stats import (
     BOOTSTRAP_RESAMPLES,
     Alternative,
+    SessionSpread,
     bootstrap_change_ci,
     hodges_lehmann_ci,
     min_p,
@@ -58,10 +67,11 @@ if TYPE_CHECKING:
     from pytest_sglang.bench.metrics import BenchResult
 
 Status = Literal["ok", "regressed", "improved", "not-judged"]
-Method = Literal["tolerance", "mann-whitney", "signed-rank"]
+Method = Literal["tolerance", "mann-whitney", "sessions", "signed-rank"]
 
 DEFAULT_CONFIDENCE = 0.95
 DEFAULT_MAX_CV_PCT = 10.0  # rounds spread more than this (CV): too noisy to judge
+SESSIONS_NEEDED = 5  # past recording sessions before their spread, not the rounds', judges a baseline check
 
 
 def change_pct(current: float, reference: float) -> float:
@@ -251,6 +261,60 @@ def judge(
         f"{metric} {status} {size}"
     message = f"{head} ({reason}): {versus}{where}"
     return made(status, message, allowed=bound, reason=reason)
+
+
+def judge_sessions(
+    metric: str,
+    current: float | Sequence[float],
+    sessions: Sequence[float],
+    tolerance: Tolerance,
+    *,
+    context: str = "",
+    confidence: float = DEFAULT_CONFIDENCE,
+    max_cv_pct: float | None = None,
+) -> Judgement:
+    """Judge this session (a figure, or its rounds' median) against past sessions' medians (at least two,
+    positive): their geometric mean is the reference, their spread the noise; a ``sigma`` tolerance is in
+    standard deviations of the session medians. ``not-judged`` when this session's rounds spread more than
+    ``max_cv_pct``."""
+    d = direction(metric)
+    cur = _samples(current)
+    cur_med, n, cur_cv = statistics.median(cur), len(cur), _cv_pct(cur)
+    spread = SessionSpread.of(sessions)
+    ref = spread.center
+    pct = change_pct(cur_med, ref)
+    bound = tolerance.allowed(ref, statistics.stdev(sessions))
+    noise = f"session noise: CV {spread.cv_pct:.1f}% over {spread.n} past sessions"
+
+    def made(status: Status, message: str, *, p_value: float | None = None, ci_pct: tuple[float, float] | None = None,
+             reason: str | None = None) -> Judgement:
+        return Judgement(metric, cur_med, ref, tolerance, d, status, pct, message, n, spread.n, "sessions", p_value,
+                         ci_pct, confidence, cur_cv, spread.cv_pct, bound, reason)
+
+    shown = f"{pct:+.1f}%"
+    versus = f"{fmt_value(metric, cur_med)} vs baseline {fmt_value(metric, ref)} (sessions' geometric mean)"
+    where = f" (tolerance {tolerance}{'; ' + context if context else ''})"
+    if max_cv_pct is not None and cur_cv is not None and cur_cv > max_cv_pct:
+        reason = f"too noisy to judge: CV {cur_cv:.0f}% over this run's {_rounds(n)} (limit {max_cv_pct:g}%)"
+        return made("not-judged", f"{metric} {reason}: {versus}, {shown}{where}", reason=reason)
+    worse_edge, better_edge = ((ref - bound) / ref, (ref + bound) / ref) if d == "higher" else \
+        ((ref + bound) / ref, (ref - bound) / ref)
+    if d == "higher":
+        p_worse, p_better = spread.p_below(cur_med, worse_edge), spread.p_above(cur_med, better_edge)
+    else:
+        p_worse, p_better = spread.p_above(cur_med, worse_edge), spread.p_below(cur_med, better_edge)
+    alpha = 1.0 - confidence
+    status: Status = "regressed" if p_worse <= alpha else "improved" if p_better <= alpha else "ok"
+    low, high = spread.bounds(confidence)
+    interval = (change_pct(low, ref), change_pct(high, ref))
+    gain = (cur_med - ref) if d == "higher" else (ref - cur_med)
+    p = p_worse if gain < 0 else p_better
+    stats = (f"({noise}; an unchanged session falls within {interval[0]:+.1f} to {interval[1]:+.1f}% at "
+             f"{confidence:.0%} each side; {_p(p)} past the tolerance)")
+    head = f"{status} {abs(pct):.1f}% beyond the tolerance and" if status != "ok" else \
+        f"{shown} within the tolerance plus"
+    message = f"{metric} {head} the session noise {stats}: {versus}{where}"
+    return made(status, message, p_value=p, ci_pct=interval)
 
 
 def metric_value(result: Any, metric: str) -> float | None:

@@ -16,6 +16,9 @@
   the Walsh averages ``(d_i + d_j) / 2`` at the signed-rank test's exact critical value (untied), around their
   median (the Hodges-Lehmann estimate). No resampling, so nothing to seed; it excludes 0 where the two-sided
   test rejects at that level.
+* :class:`SessionSpread`: the prediction interval of one new session among past sessions' medians (log
+  scale, Student's t with n - 1 degrees of freedom; :func:`t_cdf` and :func:`t_quantile` through the
+  regularized incomplete beta function), for baselines that keep their recording sessions.
 
 Scipy, where installed, gives the same exact p-values (``scipy.stats.mannwhitneyu(..., method="exact")`` for
 untied samples); the test suite checks a few against tabulated values instead of depending on it.
@@ -23,10 +26,12 @@ untied samples); the test suite checks a few against tabulated values instead of
 
 from __future__ import annotations
 
+import functools
 import math
 import random
 import statistics
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Literal
 
 SIGNED_RANK_EXACT_MAX_N = 60  # pairs up to this: the exact signed-rank distribution
@@ -183,3 +188,108 @@ def hodges_lehmann_ci(differences: Sequence[float], confidence: float = 0.95) ->
     if k < 1:
         return None
     return walsh[k - 1], estimate, walsh[len(walsh) - k]
+
+
+def _beta_fraction(a: float, b: float, x: float) -> float:
+    """The continued fraction of the incomplete beta function (modified Lentz)."""
+    tiny, eps = 1e-300, 3e-14
+    c, d = 1.0, 1.0 - (a + b) * x / (a + 1.0)
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    h = d
+    for m in range(1, 300):
+        for aa in (m * (b - m) * x / ((a - 1.0 + 2 * m) * (a + 2 * m)),
+                   -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 1.0 + 2 * m))):
+            d = 1.0 + aa * d
+            d = 1.0 / (d if abs(d) > tiny else tiny)
+            c = 1.0 + aa / c
+            c = c if abs(c) > tiny else tiny
+            h *= d * c
+        if abs(d * c - 1.0) < eps:
+            break
+    return h
+
+
+def beta_inc(a: float, b: float, x: float) -> float:
+    """The regularized incomplete beta function I_x(a, b)."""
+    if x <= 0.0:
+        return 0.0
+    if x >= 1.0:
+        return 1.0
+    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x))
+    if x < (a + 1.0) / (a + b + 2.0):
+        return front * _beta_fraction(a, b, x) / a
+    return 1.0 - front * _beta_fraction(b, a, 1.0 - x) / b
+
+
+def t_cdf(t: float, df: float) -> float:
+    """P(T <= t) for Student's t with ``df`` degrees of freedom."""
+    t2 = t * t
+    # Near 0, df / (df + t^2) rounds to 1: take the complement's own argument there.
+    tail = 0.5 * (beta_inc(df / 2.0, 0.5, df / (df + t2)) if t2 > df else 1.0 - beta_inc(0.5, df / 2.0, t2 / (df + t2)))
+    return 1.0 - tail if t > 0 else tail
+
+
+@functools.lru_cache(maxsize=256)
+def t_quantile(p: float, df: float) -> float:
+    """The ``p`` quantile of Student's t (bisection on :func:`t_cdf`; 0 < p < 1)."""
+    if not 0.0 < p < 1.0:
+        raise ValueError(f"a quantile needs 0 < p < 1, got {p}")
+    lo, hi = -1.0, 1.0
+    while t_cdf(lo, df) > p:
+        lo *= 2.0
+    while t_cdf(hi, df) < p:
+        hi *= 2.0
+    for _ in range(200):
+        mid = (lo + hi) / 2.0
+        if t_cdf(mid, df) < p:
+            lo = mid
+        else:
+            hi = mid
+        if hi - lo < 1e-12 * max(1.0, abs(mid)):
+            break
+    return (lo + hi) / 2.0
+
+
+@dataclass(frozen=True)
+class SessionSpread:
+    """Where a new session's figure falls among past sessions' medians, on log scale (speeds multiply).
+
+    ``center`` is their geometric mean; ``scale`` the standard deviation of their logs times sqrt(1 + 1/n),
+    the spread of one new session around that mean; a new session's log, minus the mean, over ``scale``
+    follows Student's t with n - 1 degrees of freedom.
+    """
+
+    n: int
+    center: float
+    scale: float
+    cv_pct: float  # of the session medians themselves
+
+    @classmethod
+    def of(cls, medians: Sequence[float]) -> SessionSpread:
+        if len(medians) < 2 or min(medians) <= 0:
+            raise ValueError("a session spread needs at least two positive session medians")
+        logs = [math.log(v) for v in medians]
+        n = len(logs)
+        return cls(n=n, center=math.exp(statistics.fmean(logs)),
+                   scale=statistics.stdev(logs) * math.sqrt(1.0 + 1.0 / n),
+                   cv_pct=statistics.stdev(medians) / statistics.fmean(medians) * 100.0)
+
+    def bounds(self, confidence: float) -> tuple[float, float]:
+        """The one-sided ``confidence`` prediction bounds of a new session: below the low one (or above the
+        high one) an unchanged session falls with chance 1 - confidence each."""
+        reach = t_quantile(confidence, self.n - 1) * self.scale
+        return self.center * math.exp(-reach), self.center * math.exp(reach)
+
+    def p_below(self, value: float, edge: float = 1.0) -> float:
+        """The chance that an unchanged session at ``edge`` times the center is at or below ``value``."""
+        return self._cdf(value, edge)
+
+    def p_above(self, value: float, edge: float = 1.0) -> float:
+        return 1.0 - self._cdf(value, edge)
+
+    def _cdf(self, value: float, edge: float) -> float:
+        if value <= 0 or edge <= 0:
+            return 0.0 if value <= 0 < edge else 1.0
+        if self.scale == 0:
+            return 1.0 if value >= self.center * edge else 0.0
+        return t_cdf((math.log(value) - math.log(self.center * edge)) / self.scale, self.n - 1)

@@ -15,7 +15,8 @@ from pytest_sglang.session import SessionLedger
 
 SCHEMA = "pytest-sglang-report"
 SCHEMA_VERSION = 1
-_CHECK_DETAIL = ("rounds", "baseline_rounds", "method", "p_value", "ci_pct", "cv_pct", "baseline_cv_pct", "reason")
+_CHECK_DETAIL = ("rounds", "baseline_rounds", "method", "p_value", "ci_pct", "cv_pct", "baseline_cv_pct", "reason",
+                 "sessions")
 
 
 def _baseline_view(comps: Iterable[Comparison]) -> dict[str, Any]:
@@ -31,7 +32,7 @@ def _baseline_view(comps: Iterable[Comparison]) -> dict[str, Any]:
                 n = len(comp.entry.samples.get(metric, [value]))
                 view.setdefault(metric, {"baseline": value, "current": value, "change_pct": 0.0,
                                          "tolerance": None, "status": "recorded", "rounds": n,
-                                         "baseline_rounds": n})
+                                         "baseline_rounds": n, "sessions": len(comp.entry.sessions_of(metric))})
     return view
 
 
