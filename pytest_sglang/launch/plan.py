@@ -87,7 +87,7 @@ def plan_launch(profile: Profile, *, sim: bool, log_dir: Path, startup_timeout: 
     values = {"python": python, "model": profile.model or "", "host": host}
     unported = [_substitute(part, values) for part in template]
     argv = [part.replace(PORT_PLACEHOLDER, str(port)) for part in unported]
-    env = {**os.environ, **profile.env}
+    env = {**os.environ, **profile.launch_env}
     if sim:
         env[SIM_ENV] = json.dumps(dict(profile.sim))
         if sim_run is not None:
@@ -124,7 +124,7 @@ def _fingerprint(profile: Profile, kind: Kind, argv: list[str], sim: bool) -> st
     from pytest_sglang import __version__
 
     shape = {
-        "kind": kind.name, "argv": argv, "env": dict(profile.env), "sim": dict(profile.sim) if sim else None,
+        "kind": kind.name, "argv": argv, "env": profile.launch_env, "sim": dict(profile.sim) if sim else None,
         "ready_pattern": profile.ready_pattern, "health_path": profile.health_path, "plugin": __version__,
     }
     # A digest, not the values: the fingerprint is stored on disk and the args may hold an --api-key.

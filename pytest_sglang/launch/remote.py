@@ -100,7 +100,7 @@ def plan_remote(plan: LaunchPlan) -> RemotePlan:
         raise RemoteError(f"[sglang {profile.name}] profile {profile.name!r} runs on {profile.ssh} over ssh, but "
                           "this machine has no ssh client on its PATH: install OpenSSH's client (openssh-client).")
     ssh = (exe, *profile.ssh_options, *SSH_DEFAULTS)
-    env = dict(profile.env)
+    env = profile.launch_env
     if plan.sim:
         env.update({name: plan.env[name] for name in SIM_ENVS if name in plan.env})
     forward, reach_host, reach_port = None, plan.host, plan.port

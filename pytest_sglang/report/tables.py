@@ -93,10 +93,28 @@ def gate_lines(report: dict[str, Any]) -> list[str]:
     return out
 
 
+def ab_lines(report: dict[str, Any]) -> list[str]:
+    """One line per A/B run: ``A/B candidate vs main: output_throughput 0.912x (95% CI 0.89-0.93), 10 pairs
+    interleaved, p=0.002: regressed``."""
+    out = []
+    for ab in report.get("ab", ()):
+        ratio, ci, p = (ab["ratio"].get("output_throughput"), ab["ci"].get("output_throughput"),
+                        ab["p_value"].get("output_throughput"))
+        shown = f"output_throughput {ratio:.3f}x" if ratio is not None else "no throughput ratio"
+        if ci:
+            shown += f" ({ab['confidence']:.0%} CI {ci[0]:.3f}-{ci[1]:.3f})"
+        how = f"{ab['pairs']} pairs interleaved" if ab["together"] else \
+            f"bracketed, {ab['pairs']} rounds, drift {ab['drift_pct'] or 0.0:+.1f}%"
+        pval = f", p={p:.3f}" if p is not None else ""
+        out.append(f"A/B {ab['second']} vs {ab['first']}: {shown}, {how}{pval}: {_GATE_WORD.get(ab['gate'] or '', '-')}"
+                   f"  [{ab['nodeid']}]")
+    return out
+
+
 def terminal_lines(report: dict[str, Any]) -> list[str]:
     rows = _rows(report)
     if not rows:
-        return []
+        return ab_lines(report) + gate_lines(report)
     widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(HEADERS)]
     out = ["  ".join(h.ljust(w) for h, w in zip(HEADERS, widths, strict=True)),
            "  ".join("-" * w for w in widths)]
@@ -113,7 +131,7 @@ def terminal_lines(report: dict[str, Any]) -> list[str]:
         for bench in prof["benchmarks"]:
             for note in bench["notes"]:
                 out.append(f"note: {note}")
-    return out + gate_lines(report)
+    return out + ab_lines(report) + gate_lines(report)
 
 
 def markdown(report: dict[str, Any]) -> str:
@@ -126,6 +144,9 @@ def markdown(report: dict[str, Any]) -> str:
     lines.append("|" + "|".join("---" for _ in HEADERS) + "|")
     for r in rows:
         lines.append("| " + " | ".join(c.replace("|", "\\|") for c in r) + " |")
+    ab_shown = ab_lines(report)
+    if ab_shown:
+        lines += ["", *(f"- {line}" for line in ab_shown)]
     gates = gate_lines(report)
     if gates:
         lines += ["", f"**{gates[0]}**", ""]
