@@ -40,6 +40,7 @@ from pytest_sglang.bench.selfcheck import LoopLagProbe, judge_client
 from pytest_sglang.bench.server_metrics import RoundWitness
 from pytest_sglang.bench.slo import check_slo
 from pytest_sglang.bench.stream import ConnectionPool, StreamResult, stream_request
+from pytest_sglang.bench.telemetry import Telemetry
 from pytest_sglang.errors import BenchmarkError, BenchmarkFailedError
 
 T = TypeVar("T")
@@ -107,10 +108,12 @@ async def _drive(
     seed: int = 0,
     between: Callable[[list[StreamResult] | None], None] | None = None,
     probe: LoopLagProbe | None = None,
+    telemetry: Telemetry | None = None,
 ) -> tuple[list[StreamResult], list[tuple[list[StreamResult], float, float]]]:
     """Warmup once, then ``rounds`` rounds: (warmup results, [(measured results, client CPU s, wall s)]).
     ``between`` is called after the warmup (with None) and after each round (with its results), outside the
-    rounds' clocks: the server's metrics are scraped there (server_metrics.RoundWitness)."""
+    rounds' clocks: the server's metrics are scraped there (server_metrics.RoundWitness). ``telemetry``
+    samples the GPUs and the server's gauges during each round, its samplers stopped however the round ends."""
     pool = ConnectionPool(base_url, api_key=api_key)
     done: list[tuple[list[StreamResult], float, float]] = []
     try:
@@ -134,12 +137,18 @@ async def _drive(
             cpu0, wall0 = time.thread_time(), time.perf_counter()
             if probe is not None:
                 probe.start()  # the event loop's own lag over the round (selfcheck.py)
-            tasks: list[asyncio.Task[StreamResult]] = []
-            for i, body in enumerate(bodies):
-                if i and math.isfinite(request_rate) and request_rate > 0:
-                    await asyncio.sleep(rng.expovariate(request_rate))
-                tasks.append(asyncio.ensure_future(one(body)))
-            measured = list(await asyncio.gather(*tasks))
+            if telemetry is not None:
+                telemetry.round_started()
+            try:
+                tasks: list[asyncio.Task[StreamResult]] = []
+                for i, body in enumerate(bodies):
+                    if i and math.isfinite(request_rate) and request_rate > 0:
+                        await asyncio.sleep(rng.expovariate(request_rate))
+                    tasks.append(asyncio.ensure_future(one(body)))
+                measured = list(await asyncio.gather(*tasks))
+            finally:
+                if telemetry is not None:
+                    telemetry.round_ended()
             if probe is not None:
                 await probe.stop()
             done.append((measured, time.thread_time() - cpu0, time.perf_counter() - wall0))
@@ -178,6 +187,7 @@ def run_bench(
     rounds: int = 1,
     slo: Mapping[str, float] | None = None,
     server_metrics: bool = True,
+    telemetry: bool = True,
 ) -> BenchResult:
     """Benchmark ``server`` (a server handle, or a base URL) with streamed requests; see the package doc.
 
@@ -187,7 +197,9 @@ def run_bench(
     medians; ``result.rounds`` has each). ``slo``: per-request limits in ms (``ttft_ms``, ``tpot_ms``,
     ``e2el_ms``) for ``goodput``. ``server_metrics``: scrape the server's ``/metrics`` around each round and
     fail the run where its token counts differ from the responses' (bench/server_metrics.py; False for a
-    server that others load at the same time). ``tokenizer``: a tokenizer object or a name for
+    server that others load at the same time). ``telemetry``: sample the server's GPUs and its /metrics gauges
+    during the rounds (bench/telemetry.py: energy per token and the rest; None where unmeasured, with why).
+    ``tokenizer``: a tokenizer object or a name for
     ``transformers.AutoTokenizer`` (default: the server's model, when transformers is installed and has it
     locally); used only for text prompts.
     Bad arguments raise BenchmarkError; failed requests raise BenchmarkFailedError with the result.
@@ -204,6 +216,7 @@ def run_bench(
     handle: ServerLike = _Url(server.rstrip("/")) if isinstance(server, str) else server
     profile = profile if profile is not None else getattr(handle, "profile", None)
     client = Client(handle.base_url, api_key=handle.api_key, timeout=60, model=model or handle.model)
+    tel: Telemetry | None = None
     try:
         served_model = None
         if api != "generate":
@@ -225,10 +238,12 @@ def run_bench(
         rng = random.Random(seed + 1)
         wit = RoundWitness(client, enabled=server_metrics)
         probe = LoopLagProbe()
+        tel = Telemetry(base_url=handle.base_url, api_key=handle.api_key, host=getattr(handle, "host", None),
+                        pid=getattr(handle, "pid", None), kind=handle.kind, enabled=telemetry)
         warm, done = _run_coroutine(lambda: _drive(
             handle.base_url, handle.api_key, api, bodies[warmup:], concurrency=concurrency,
             request_rate=request_rate, rng=rng, timeout=timeout, warmup_bodies=bodies[:warmup], rounds=rounds,
-            seed=seed, between=wit.mark, probe=probe))
+            seed=seed, between=wit.mark, probe=probe, telemetry=tel))
         per_round = []
         for k, (measured, cpu, wall) in enumerate(done):
             one = compute_metrics(
@@ -249,12 +264,14 @@ def run_bench(
             one.client_bound = one.client_bound_reason is not None
             per_round.append(one)
         disagreements = wit.apply(per_round)
+        tel.apply(per_round)
         if spec_info and any(one.accept_length is None for one in per_round):
             server_accept = client.accept_length()  # the last resort: updated only every decode-log interval
             for one in per_round:
                 if one.accept_length is None and server_accept is not None:
                     one.accept_length, one.accept_length_source = server_accept, "server_info"
         result = combine_rounds(per_round)
+        result.telemetry = tel.series(per_round)
         result.server_disagreement = disagreements[0] if disagreements else None
         result.connection_errors += sum(1 for s in warm if s.connection_error)
         warm_failures = [s for s in warm if not s.ok]
@@ -277,6 +294,8 @@ def run_bench(
                 result)
         return result
     finally:
+        if tel is not None:
+            tel.close()
         client.close()
 
 

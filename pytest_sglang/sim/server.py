@@ -61,7 +61,8 @@ class SimServer:
             spec_speedup=knobs.spec_speedup,
         )
         self.engine = Engine(self.pacing, knobs.max_batch, jitter=knobs.jitter)
-        self.metrics = Metrics(fmt=knobs.metrics_format, model=args.served_model_name, skew=knobs.metrics_skew)
+        self.metrics = Metrics(fmt=knobs.metrics_format, model=args.served_model_name, skew=knobs.metrics_skew,
+                               load=lambda: (self.engine.running, self.engine.queued), max_batch=knobs.max_batch)
         self.ready = threading.Event()
         self.http_up = False
         self.children: list[subprocess.Popen[bytes]] = []

@@ -1,0 +1,126 @@
+"""GPU and server telemetry during the rounds (issue 20 points 1, 2 and 4), without a GPU: a fake nvidia-smi on
+PATH (tests/helpers.py FakeGpu) answering --query-gpu for the fields asked, and the simulator's /metrics
+gauges following its load. Energy per token is checked against the fake's power, the measured duration and
+the tokens of the result itself."""
+
+from __future__ import annotations
+
+import statistics
+import subprocess
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from helpers import FakeGpu
+
+from pytest_sglang.baseline import BaselineStore, Machine, compare
+from pytest_sglang.bench import run_bench
+from pytest_sglang.bench.metrics import GPU_FIGURES, SERVER_FIGURES
+from pytest_sglang.bench.server_metrics import snapshot
+from pytest_sglang.bench.telemetry import server_gpus
+
+from .simproc import run_sim
+
+pytestmark = pytest.mark.timeout(120)
+
+IDLE = {"power.draw": 61.5, "utilization.gpu": 0, "memory.used": 500, "clocks.sm": 345, "temperature.gpu": 31}
+BUSY = {"power.draw": 412.25, "utilization.gpu": 87, "memory.used": 71000, "clocks.sm": 1980,
+        "temperature.gpu": 58}
+SIM = {"decode_tok_s": 40, "ttft_ms": 20, "max_batch": 4}
+
+
+@pytest.fixture
+def fake_gpu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeGpu:
+    gpu = FakeGpu(tmp_path)
+    for name, value in gpu.env().items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    gpu.read_as(0, **IDLE)
+    gpu.read_as(1, **BUSY)
+    return gpu
+
+
+@pytest.fixture
+def sleeper() -> Iterator[subprocess.Popen[bytes]]:
+    proc = subprocess.Popen(["sleep", "60"])
+    yield proc
+    proc.kill()
+    proc.wait()
+
+
+def _samplers() -> list[str]:
+    return [t.name for t in threading.enumerate() if t.name.startswith("sglang-telemetry")]
+
+
+def test_the_gauges_in_either_servers_names() -> None:
+    sglang = snapshot('sglang:num_running_reqs{tp_rank="0",dp_rank="0"} 3\nsglang:num_running_reqs{dp_rank="1"} 2\n'
+                      'sglang:num_queue_reqs 7\nsglang:token_usage{dp_rank="0"} 0.4\nsglang:token_usage 0.9\n'
+                      'sglang:gen_throughput 1234.5\n')
+    assert sglang is not None
+    assert sglang.gauges == {"running": 5.0, "queued": 7.0, "kv_usage": 0.9, "gen_throughput": 1234.5}
+    old_vllm = snapshot('vllm:num_requests_running{engine="0"} 4\nvllm:num_requests_waiting 1\n'
+                        'vllm:gpu_cache_usage_perc 0.25\n')
+    assert old_vllm is not None and old_vllm.gauges == {"running": 4.0, "queued": 1.0, "kv_usage": 0.25}
+
+
+def test_the_servers_gpus_from_its_pids_else_its_visible_devices(
+    fake_gpu: FakeGpu, sleeper: subprocess.Popen[bytes], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert server_gpus(sleeper.pid)[0] is None  # neither says: every GPU
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    assert server_gpus(None) == ([1], "CUDA_VISIBLE_DEVICES")
+    fake_gpu.hold(sleeper.pid)  # the fake reports its compute apps on GPU 0
+    assert server_gpus(sleeper.pid) == ([0], "held by the server's processes")
+
+
+def test_energy_per_token_is_the_servers_gpu_power_over_the_measured_duration(
+    fake_gpu: FakeGpu, tmp_path: Path
+) -> None:
+    with run_sim(tmp_path, SIM, "--enable-metrics", env={"CUDA_VISIBLE_DEVICES": "1"}) as sim:
+        r = run_bench(sim, num_requests=8, concurrency=8, input_len=16, output_len=20, warmup=1, rounds=2)
+    assert not _samplers()
+    power = BUSY["power.draw"]  # only GPU 1 is the server's; GPU 0 idles at another power
+    for one in r.rounds:
+        assert one.gpu_energy_j == pytest.approx(power * one.duration, rel=1e-9)
+        assert one.energy_per_output_token_j == pytest.approx(power * one.duration / one.total_output_tokens,
+                                                              rel=1e-9)
+        assert one.output_tokens_per_joule == pytest.approx(1 / one.energy_per_output_token_j)
+    assert r.gpu_power_mean_w == pytest.approx(power)
+    assert (r.gpu_util_mean_pct, r.gpu_memory_peak_mib, r.gpu_sm_clock_mean_mhz) == (
+        BUSY["utilization.gpu"], BUSY["memory.used"], BUSY["clocks.sm"])
+    assert r.energy_per_output_token_j == statistics.median(one.energy_per_output_token_j for one in r.rounds)
+    # 8 in flight, 4 batch slots, two waves of half a second: the server's gauges saw a queue and a full KV cache
+    assert all(one.server_kv_usage_peak == 1.0 and (one.server_queue_mean or 0) > 0 for one in r.rounds)
+    assert r.gpu_unmeasured is None and r.server_unmeasured is None
+    series = r.telemetry
+    assert series is not None and len(series["rounds"]) == 2
+    gpu = series["gpu"]
+    assert gpu["source"] == "nvidia-smi" and gpu["gpus_from"] == "CUDA_VISIBLE_DEVICES" and list(gpu["gpus"]) == ["1"]
+    assert len(gpu["t"]) == len(gpu["gpus"]["1"]["power_w"]) >= 4
+    assert set(gpu["gpus"]["1"]["power_w"]) == {power}
+    assert series["server"]["family"] == "sglang" and max(series["server"]["running"]) == SIM["max_batch"]
+    assert any("--query-gpu=index,utilization.gpu,memory.used,power.draw,clocks.sm,temperature.gpu" in q
+               and "--id=1" in q for q in fake_gpu.queries())
+
+
+def test_without_a_gpu_or_metrics_the_figures_are_none_and_a_check_says_why(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PYTEST_SGLANG_GPU_QUERY", "off")
+    with run_sim(tmp_path, SIM) as sim:  # SGLang without --enable-metrics
+        r = run_bench(sim, num_requests=4, concurrency=4, input_len=8, output_len=8)
+    assert all(getattr(r, m) is None for m in (*GPU_FIGURES, *SERVER_FIGURES)), r.to_dict()
+    assert r.gpu_unmeasured == "no GPU to ask: PYTEST_SGLANG_GPU_QUERY=off"
+    assert r.server_unmeasured is not None and "--enable-metrics" in r.server_unmeasured
+    assert r.telemetry is None
+    store = BaselineStore(tmp_path / "baselines.json")
+    machine = Machine("cpu: test")
+    store.record("sim", "t", machine, {"energy_per_output_token_j": [0.5], "output_throughput": [100.0]})
+    comp = compare(r, {"energy_per_output_token_j": "5%", "server_queue_mean": 1}, store=store, profile="sim",
+                   test_id="t", machine=machine)
+    by_metric = {c.metric: c for c in comp.checks}
+    assert by_metric["energy_per_output_token_j"].status == "not-judged"
+    assert by_metric["energy_per_output_token_j"].reason == r.gpu_unmeasured
+    assert by_metric["server_queue_mean"].status == "not-judged" and comp.gate == "not-judged"
+    assert not comp.failed
