@@ -5,9 +5,13 @@ the tokens of the result itself."""
 
 from __future__ import annotations
 
+import json
+import shutil
 import statistics
+import struct
 import subprocess
 import threading
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -124,3 +128,96 @@ def test_without_a_gpu_or_metrics_the_figures_are_none_and_a_check_says_why(
     assert by_metric["energy_per_output_token_j"].reason == r.gpu_unmeasured
     assert by_metric["server_queue_mean"].status == "not-judged" and comp.gate == "not-judged"
     assert not comp.failed
+
+
+PLUGIN_TESTS = '''
+def test_energy(sglang_bench, sglang_baseline):
+    r = sglang_bench(num_requests=8, concurrency=8, input_len=8, output_len=12, rounds=2)
+    assert r.energy_per_output_token_j is not None
+    sglang_baseline.check(r, output_throughput="50%", energy_per_output_token_j="50%", max_cv="50%")
+'''
+
+
+def test_figures_reach_the_table_junit_summary_report_and_page(
+    pytester: pytest.Pytester, fake_gpu: FakeGpu, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PYTEST_SGLANG_MACHINE", "test-machine")
+    summary = pytester.path / "summary.md"
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    pytester.makefile(".toml", pyproject=(
+        '[tool.pytest_sglang.profiles.p]\nmodel = "sim-model"\nargs = ["--enable-metrics"]\n'
+        'env = { CUDA_VISIBLE_DEVICES = "1" }\n'
+        "sim = { startup_seconds = 0.3, decode_tok_s = 100, ttft_ms = 5, max_batch = 4 }\n"))
+    pytester.makepyfile(test_perf=PLUGIN_TESTS)
+
+    def run(*args: str) -> pytest.RunResult:
+        return pytester.runpytest_subprocess("-p", "no:cacheprovider", "--sglang-sim", "--sglang-profile=p", *args,
+                                             timeout=120)
+
+    run("--sglang-update-baseline").assert_outcomes(passed=1)
+    report = pytester.path / "report.json"
+    out = run(f"--sglang-report={report}", "--junitxml=junit.xml")
+    out.assert_outcomes(passed=1)
+    out.stdout.fnmatch_lines(["telemetry: p test_energy: * J/output token (* tok/J), GPU util 87%, 412 W, "
+                              "71000 MiB peak, SM 1980 MHz, queue *, KV peak *%"])
+    bench = json.loads(report.read_text())["profiles"]["p"]["benchmarks"][0]
+    assert bench["gate"] == "passed"
+    assert bench["baseline"]["energy_per_output_token_j"]["status"] == "ok"
+    r = bench["result"]
+    assert r["energy_per_output_token_j"] == pytest.approx(r["gpu_power_mean_w"] * r["duration"]
+                                                           / r["total_output_tokens"], rel=0.05)
+    assert list(bench["telemetry"]["gpu"]["gpus"]) == ["1"] and len(bench["telemetry"]["rounds"]) == 2
+    junit = (pytester.path / "junit.xml").read_text()
+    assert f'name="sglang_energy_per_output_token_j" value="{r["energy_per_output_token_j"]}"' in junit
+    assert 'name="sglang_baseline_energy_per_output_token_j"' in junit
+    assert "- p test_energy: " in summary.read_text() and "J/output token" in summary.read_text()
+    page = report.with_suffix(".html")
+    text = page.read_text()
+    assert "GPU utilisation (%)" in text and "server: KV-cache usage (%)" in text
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium is None:
+        return  # the page's markup is checked above; CI images without a browser stop here
+    shot = pytester.path / "page.png"
+    subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", f"--screenshot={shot}",
+                    "--window-size=1000,1600", page.as_uri()], capture_output=True, timeout=60, check=True)
+    pixels = _png_pixels(shot)
+    first_line_color = (0x1F, 0x77, 0xB4)  # timeseries._COLORS[0]: GPU 1's lines, the server's running line
+    assert sum(1 for row in pixels for px in row if px[:3] == first_line_color) > 500
+
+
+def _png_pixels(path: Path) -> list[list[tuple[int, ...]]]:
+    """The RGB(A) rows of an 8-bit truecolour PNG (what Chromium writes): enough to count a colour's pixels."""
+    data = path.read_bytes()
+    pos, idat, width, height, channels = 8, b"", 0, 0, 3
+    while pos < len(data):
+        length, kind = struct.unpack(">I4s", data[pos:pos + 8])
+        body = data[pos + 8:pos + 8 + length]
+        if kind == b"IHDR":
+            width, height, depth, color = struct.unpack(">IIBB", body[:10])
+            assert depth == 8 and color in (2, 6), (depth, color)
+            channels = 4 if color == 6 else 3
+        elif kind == b"IDAT":
+            idat += body
+        pos += 12 + length
+    raw = zlib.decompress(idat)
+    stride = width * channels
+    rows: list[list[tuple[int, ...]]] = []
+    prev = bytearray(stride)
+    for y in range(height):
+        kind, line = raw[y * (stride + 1)], bytearray(raw[y * (stride + 1) + 1:(y + 1) * (stride + 1)])
+        for i in range(stride):
+            a = line[i - channels] if i >= channels else 0
+            b, c = prev[i], prev[i - channels] if i >= channels else 0
+            if kind == 1:
+                line[i] = (line[i] + a) & 0xFF
+            elif kind == 2:
+                line[i] = (line[i] + b) & 0xFF
+            elif kind == 3:
+                line[i] = (line[i] + (a + b) // 2) & 0xFF
+            elif kind == 4:
+                p = a + b - c
+                pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
+                line[i] = (line[i] + (a if pa <= pb and pa <= pc else b if pb <= pc else c)) & 0xFF
+        rows.append([tuple(line[x:x + channels]) for x in range(0, stride, channels)])
+        prev = line
+    return rows
