@@ -179,7 +179,9 @@ class Telemetry:
         else:
             self._start_gpus(pid)
         self._client = Client(base_url, api_key=api_key, timeout=SCRAPE_TIMEOUT_S)  # the sampler thread's own
-        if scrape(self._client, timeout=SCRAPE_TIMEOUT_S) is None:
+        first = scrape(self._client, timeout=SCRAPE_TIMEOUT_S)
+        self.family = first.family if first is not None else None
+        if first is None:
             hint = " (SGLang serves it with --enable-metrics in the profile's args)" if kind == "sglang" else ""
             self.server_unmeasured = f"the server at {base_url} has no /metrics{hint}"
         else:
@@ -279,7 +281,7 @@ class Telemetry:
             "gpu": None if not gpu_t else {"source": self._reader.source if self._reader else None,
                                            "gpus_from": self.gpus_from, "t": [rel(t) for t in gpu_t],
                                            "gpus": {str(i): cols for i, cols in sorted(per_gpu.items())}},
-            "server": None if not server_t else {"family": self.kind, "t": [rel(t) for t in server_t],
+            "server": None if not server_t else {"family": self.family, "t": [rel(t) for t in server_t],
                                                  **{k: v for k, v in server.items() if any(x is not None for x in v)}},
             "gpu_unmeasured": self.gpu_unmeasured,
             "server_unmeasured": self.server_unmeasured,
