@@ -182,6 +182,7 @@ class BenchResult:
     # client busy most of the run measures itself, not the server (client_bound)
     client_cpu_seconds: float | None = None
     client_busy: float | None = None
+    client_processes: int = 1  # processes that sent the load (spread.py; the busiest one's CPU and busy above)
     client_bound: bool = False
     client_bound_reason: str | None = None  # why client_bound (bench/selfcheck.py): busy, or a lagging loop
     client_loop_lag_p90_ms: float | None = None  # how late the event loop woke (p90 and max over the round)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import os
 import random
 import threading
 import time
@@ -39,7 +40,8 @@ from pytest_sglang.bench.prompts import prepare_prompts
 from pytest_sglang.bench.selfcheck import LoopLagProbe, judge_client
 from pytest_sglang.bench.server_metrics import RoundWitness
 from pytest_sglang.bench.slo import check_slo
-from pytest_sglang.bench.stream import ConnectionPool, StreamResult, stream_request
+from pytest_sglang.bench.spread import drive_spread
+from pytest_sglang.bench.stream import ConnectionPool, StreamResult, stream_request, warm_up
 from pytest_sglang.bench.telemetry import Telemetry
 from pytest_sglang.errors import BenchmarkError, BenchmarkFailedError
 
@@ -47,6 +49,7 @@ T = TypeVar("T")
 
 ROUND_GAP_S = 0.1  # pause between rounds: the server goes idle, one round's tail never overlaps the next
 CLIENT_BOUND_BUSY = 0.9  # the client's event loop busy this share of a round: the round measured the client
+MAX_CLIENT_PROCESSES = 8
 
 
 @runtime_checkable
@@ -117,9 +120,7 @@ async def _drive(
     pool = ConnectionPool(base_url, api_key=api_key)
     done: list[tuple[list[StreamResult], float, float]] = []
     try:
-        warm = [await stream_one(pool, api, b, timeout) for b in warmup_bodies[:1]]
-        if len(warmup_bodies) > 1:
-            warm += await asyncio.gather(*(stream_one(pool, api, b, timeout) for b in warmup_bodies[1:]))
+        warm = await warm_up(pool, api, warmup_bodies, timeout)
         if between is not None:
             between(None)
         sem = asyncio.Semaphore(concurrency) if concurrency else None
@@ -188,6 +189,7 @@ def run_bench(
     slo: Mapping[str, float] | None = None,
     server_metrics: bool = True,
     telemetry: bool = True,
+    client_processes: int | None = None,
 ) -> BenchResult:
     """Benchmark ``server`` (a server handle, or a base URL) with streamed requests; see the package doc.
 
@@ -199,6 +201,8 @@ def run_bench(
     fail the run where its token counts differ from the responses' (bench/server_metrics.py; False for a
     server that others load at the same time). ``telemetry``: sample the server's GPUs and its /metrics gauges
     during the rounds (bench/telemetry.py: energy per token and the rest; None where unmeasured, with why).
+    ``client_processes``: how many processes send the load (bench/spread.py); None: one event loop, and where
+    its rounds were client-bound on a machine with cores to spare, the run again over :func:`spare_processes`.
     ``tokenizer``: a tokenizer object or a name for
     ``transformers.AutoTokenizer`` (default: the server's model, when transformers is installed and has it
     locally); used only for text prompts.
@@ -212,6 +216,10 @@ def run_bench(
         raise BenchmarkError(f"concurrency must be at least 1 (or None for no cap), got {concurrency}")
     if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
         raise BenchmarkError(f"rounds must be an integer of at least 1, got {rounds!r}")
+    if client_processes is not None and (isinstance(client_processes, bool) or not isinstance(client_processes, int)
+                                         or client_processes < 1):
+        raise BenchmarkError(f"client_processes must be an integer of at least 1 (or None: chosen from the "
+                             f"self-check), got {client_processes!r}")
     slo_ms = check_slo(slo) if slo is not None else None
     handle: ServerLike = _Url(server.rstrip("/")) if isinstance(server, str) else server
     profile = profile if profile is not None else getattr(handle, "profile", None)
@@ -235,34 +243,56 @@ def run_bench(
             bodies.append(body)
             prompt_lens.append(len(p) if not isinstance(p, str) else input_len)
         started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
-        rng = random.Random(seed + 1)
-        wit = RoundWitness(client, enabled=server_metrics)
-        probe = LoopLagProbe()
-        tel = Telemetry(base_url=handle.base_url, api_key=handle.api_key, host=getattr(handle, "host", None),
-                        pid=getattr(handle, "pid", None), kind=handle.kind, enabled=telemetry)
-        warm, done = _run_coroutine(lambda: _drive(
-            handle.base_url, handle.api_key, api, bodies[warmup:], concurrency=concurrency,
-            request_rate=request_rate, rng=rng, timeout=timeout, warmup_bodies=bodies[:warmup], rounds=rounds,
-            seed=seed, between=wit.mark, probe=probe, telemetry=tel))
-        per_round = []
-        for k, (measured, cpu, wall) in enumerate(done):
-            one = compute_metrics(
-                [record_from_stream(s, n) for s, n in zip(measured, prompt_lens[warmup:], strict=True)],
-                api=api, num_requests=num_requests, max_concurrency=concurrency, request_rate=request_rate,
-                input_len=input_len, output_len=output_len, warmup=warmup, seed=seed, prompt_kind=prompt_kind,
-                profile=profile, started_at=started_at, slo=dict(slo_ms) if slo_ms else None,
-            )
-            one.prompt_vocab = vocab.describe() if vocab is not None else None
-            one.accept_length_source = "requests" if one.accept_length is not None else None
-            one.client_cpu_seconds = cpu
-            one.client_busy = cpu / wall if wall > 0 else 0.0
-            lag = probe.rounds[k] if k < len(probe.rounds) else None
-            if lag is not None:
-                one.client_loop_lag_p90_ms, one.client_loop_lag_max_ms = lag.p90_ms, lag.max_ms
-            one.client_bound_reason = judge_client(one.client_busy, lag, one.median_tpot_ms,
-                                                   busy_limit=CLIENT_BOUND_BUSY)
-            one.client_bound = one.client_bound_reason is not None
-            per_round.append(one)
+
+        def measure(processes: int) -> tuple[list[StreamResult], list[BenchResult], RoundWitness, Telemetry]:
+            nonlocal tel
+            if tel is not None:
+                tel.close()
+            wit = RoundWitness(client, enabled=server_metrics)
+            tel = Telemetry(base_url=handle.base_url, api_key=handle.api_key, host=getattr(handle, "host", None),
+                            pid=getattr(handle, "pid", None), kind=handle.kind, enabled=telemetry)
+            if processes > 1:
+                warm, done, lags = drive_spread(
+                    handle.base_url, handle.api_key, api, bodies[warmup:], processes=processes,
+                    concurrency=concurrency, request_rate=request_rate, seed=seed, timeout=timeout,
+                    warmup_bodies=bodies[:warmup], rounds=rounds, round_gap=ROUND_GAP_S, between=wit.mark,
+                    telemetry=tel, run=_run_coroutine)
+            else:
+                probe = LoopLagProbe()
+                warm, done = _run_coroutine(lambda: _drive(
+                    handle.base_url, handle.api_key, api, bodies[warmup:], concurrency=concurrency,
+                    request_rate=request_rate, rng=random.Random(seed + 1), timeout=timeout,
+                    warmup_bodies=bodies[:warmup], rounds=rounds, seed=seed, between=wit.mark, probe=probe,
+                    telemetry=tel))
+                lags = probe.rounds
+            per_round = []
+            for k, (measured, cpu, wall) in enumerate(done):
+                one = compute_metrics(
+                    [record_from_stream(s, n) for s, n in zip(measured, prompt_lens[warmup:], strict=True)],
+                    api=api, num_requests=num_requests, max_concurrency=concurrency, request_rate=request_rate,
+                    input_len=input_len, output_len=output_len, warmup=warmup, seed=seed,
+                    prompt_kind=prompt_kind, profile=profile, started_at=started_at,
+                    slo=dict(slo_ms) if slo_ms else None,
+                )
+                one.prompt_vocab = vocab.describe() if vocab is not None else None
+                one.accept_length_source = "requests" if one.accept_length is not None else None
+                one.client_processes = processes
+                one.client_cpu_seconds = cpu
+                one.client_busy = cpu / wall if wall > 0 else 0.0
+                lag = lags[k] if k < len(lags) else None
+                if lag is not None:
+                    one.client_loop_lag_p90_ms, one.client_loop_lag_max_ms = lag.p90_ms, lag.max_ms
+                one.client_bound_reason = judge_client(one.client_busy, lag, one.median_tpot_ms,
+                                                       busy_limit=CLIENT_BOUND_BUSY)
+                one.client_bound = one.client_bound_reason is not None
+                per_round.append(one)
+            return warm, per_round, wit, tel
+
+        processes = client_processes or 1
+        warm, per_round, wit, tel = measure(processes)
+        spare = spare_processes()
+        if client_processes is None and spare > 1 and any(one.client_bound for one in per_round):
+            warm, per_round, wit, tel = measure(spare)  # one loop could not keep pace: the figures were its own
         disagreements = wit.apply(per_round)
         tel.apply(per_round)
         if spec_info and any(one.accept_length is None for one in per_round):
@@ -297,6 +327,13 @@ def run_bench(
         if tel is not None:
             tel.close()
         client.close()
+
+
+def spare_processes() -> int:
+    """How many load-generator processes this machine can give a run that one event loop cannot drive: half its
+    cores (the other half for the server and the samplers), at most MAX_CLIENT_PROCESSES; 1 below 4 cores."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return 1 if cores < 4 else min(MAX_CLIENT_PROCESSES, cores // 2)
 
 
 def _speculative(client: Client, handle: ServerLike) -> bool:
