@@ -41,6 +41,12 @@ class SimHTTPServer(ThreadingHTTPServer):
     allow_reuse_address = True
     request_queue_size = 1024
     sim: SimServer
+    share_port = False  # the reuse_port knob: SO_REUSEPORT, several simulators splitting one port's connections
+
+    def server_bind(self) -> None:
+        if self.share_port:
+            self.socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        super().server_bind()
 
 
 class SimHTTPServer6(SimHTTPServer):
@@ -109,6 +115,7 @@ class SimServer:
 
     def bind(self) -> None:
         cls = SimHTTPServer6 if ":" in self.args.host else SimHTTPServer
+        cls.share_port = self.knobs.reuse_port
         self.httpd = cls((self.args.host, self.args.port), Handler)
         self.httpd.sim = self
 
