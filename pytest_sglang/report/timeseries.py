@@ -64,6 +64,11 @@ def panel(title: str, lines: Sequence[Line], rounds: Sequence[Sequence[float]], 
     return "".join(out)
 
 
+def _read(lines: list[Line]) -> list[Line]:
+    """The lines with at least one reading (a GPU that reports no power has no power line)."""
+    return [line for line in lines if any(v is not None for v in line[2])]
+
+
 def telemetry_panels(series: dict[str, Any]) -> list[str]:
     """The panels of one benchmark's telemetry: those its samples allow (none without samples)."""
     rounds = series.get("rounds") or []
@@ -73,11 +78,11 @@ def telemetry_panels(series: dict[str, Any]) -> list[str]:
     panels = []
     if gpu:
         by_gpu = sorted(gpu["gpus"].items(), key=lambda kv: int(kv[0]))
-        util = [(f"GPU {i}", gpu["t"], cols["util_pct"]) for i, cols in by_gpu]
-        power = [(f"GPU {i}", gpu["t"], cols["power_w"]) for i, cols in by_gpu]
-        if any(v is not None for _, _, vs in util for v in vs):
+        util = _read([(f"GPU {i}", gpu["t"], cols["util_pct"]) for i, cols in by_gpu])
+        power = _read([(f"GPU {i}", gpu["t"], cols["power_w"]) for i, cols in by_gpu])
+        if util:
             panels.append(panel("GPU utilisation (%)", util, rounds, t_hi=t_hi, y_hi=100.0))
-        if any(v is not None for _, _, vs in power for v in vs):
+        if power:
             panels.append(panel("GPU power (W)", power, rounds, t_hi=t_hi))
     if server:
         requests = [(name, server["t"], server[name]) for name in ("running", "queued") if name in server]
