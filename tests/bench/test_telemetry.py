@@ -23,6 +23,7 @@ from pytest_sglang.bench import run_bench
 from pytest_sglang.bench.metrics import GPU_FIGURES, SERVER_FIGURES
 from pytest_sglang.bench.server_metrics import snapshot
 from pytest_sglang.bench.telemetry import server_gpus
+from pytest_sglang.launch.gpus import GpuReader, GpuReading
 
 from .simproc import run_sim
 
@@ -221,3 +222,37 @@ def _png_pixels(path: Path) -> list[list[tuple[int, ...]]]:
         rows.append([tuple(line[x:x + channels]) for x in range(0, stride, channels)])
         prev = line
     return rows
+
+
+FAKE_NVML = '''
+"""nvidia-ml-py's names, answering for two GPUs; GPU 1's clock is not supported (MIG, some boards)."""
+NVML_CLOCK_SM, NVML_TEMPERATURE_GPU = 1, 0
+class NVMLError(Exception):
+    pass
+class _Util:
+    def __init__(self, gpu): self.gpu = gpu
+class _Memory:
+    def __init__(self, used): self.used = used
+def nvmlInit(): pass
+def nvmlShutdown(): pass
+def nvmlDeviceGetCount(): return 2
+def nvmlDeviceGetHandleByIndex(i): return i
+def nvmlDeviceGetUtilizationRates(h): return _Util(40 + h)
+def nvmlDeviceGetMemoryInfo(h): return _Memory((1000 + h) * 1024 * 1024)
+def nvmlDeviceGetPowerUsage(h): return 250500 + h  # milliwatts
+def nvmlDeviceGetClockInfo(h, kind):
+    if h == 1:
+        raise NVMLError("Not Supported")
+    return 1755
+def nvmlDeviceGetTemperature(h, kind): return 44
+'''
+
+
+def test_nvml_readings_when_the_gpu_extra_is_installed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "pynvml.py").write_text(FAKE_NVML)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("PYTEST_SGLANG_GPU_QUERY", "nvml")
+    with GpuReader() as reader:
+        assert reader.source == "nvml"
+        assert reader.read([1]) == [GpuReading(1, 41.0, 1001.0, 250.501, None, 44.0)]
+        assert [r.index for r in reader.read() or []] == [0, 1]
