@@ -8,7 +8,10 @@ rounds with each figure's spread, and the rounds themselves in ``result.rounds``
 Rounds are ``ROUND_GAP_S`` apart, so the server drains between them. The event-loop thread's CPU time over
 each round's wall time is ``client_busy``; past ``CLIENT_BOUND_BUSY``, or with an event loop that wakes late
 (selfcheck.py), the run is ``client_bound`` (``client_bound_reason`` says which): the figures then measure the
-load generator, and a baseline check does not judge them. Failed requests raise
+load generator, and a baseline check does not judge them. ``client_processes=N`` spreads the rounds over N
+processes (spread.py); left to the runner, a run whose one loop was client-bound runs again over
+:func:`spare_processes` where the machine has cores to spare. During each round the server's GPUs and its
+/metrics gauges are sampled (telemetry.py: energy per token and the rest). Failed requests raise
 :class:`~pytest_sglang.errors.BenchmarkFailedError` carrying the result, unless ``allow_failures=True``.
 The runner never asks about the server's liveness: ``connection_errors`` tells the caller that some requests
 got no answer, and the caller asks its server handle why.

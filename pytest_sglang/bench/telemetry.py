@@ -22,6 +22,7 @@ is the time series for the report (docs/report-schema.md, "telemetry"). Knows no
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import ipaddress
 import math
@@ -131,19 +132,20 @@ def _integral(points: Sequence[tuple[float, float]], lo: float, hi: float) -> fl
     last values held beyond them."""
     if hi <= lo or not points:
         return 0.0
+    times = [t for t, _ in points]
 
     def at(t: float) -> float:
-        if t <= points[0][0]:
+        k = bisect.bisect_right(times, t)
+        if k == 0:
             return points[0][1]
-        if t >= points[-1][0]:
+        if k == len(points):
             return points[-1][1]
-        for (t0, v0), (t1, v1) in zip(points, points[1:], strict=False):
-            if t0 <= t <= t1:
-                return v0 if t1 == t0 else v0 + (v1 - v0) * (t - t0) / (t1 - t0)
-        return points[-1][1]
+        (t0, v0), (t1, v1) = points[k - 1], points[k]
+        return v0 + (v1 - v0) * (t - t0) / (t1 - t0)
 
-    knots = [lo, *(t for t, _ in points if lo < t < hi), hi]
-    return sum((b - a) * (at(a) + at(b)) / 2 for a, b in zip(knots, knots[1:], strict=False))
+    inside = points[bisect.bisect_right(times, lo):bisect.bisect_left(times, hi)]
+    knots = [(lo, at(lo)), *inside, (hi, at(hi))]
+    return sum((b - a) * (va + vb) / 2 for (a, va), (b, vb) in zip(knots, knots[1:], strict=False))
 
 
 def _mean(values: Sequence[float | None]) -> float | None:
@@ -158,7 +160,6 @@ class Telemetry:
 
     def __init__(self, *, base_url: str, api_key: str | None, host: str | None, pid: int | None, kind: str,
                  enabled: bool = True) -> None:
-        self.kind = kind
         self.gpus: list[int] | None = None
         self.gpus_from: str | None = None
         self.gpu_unmeasured: str | None = None

@@ -22,7 +22,7 @@ from pytest_sglang.baseline import BaselineStore, Machine, compare
 from pytest_sglang.bench import run_bench
 from pytest_sglang.bench.metrics import GPU_FIGURES, SERVER_FIGURES
 from pytest_sglang.bench.server_metrics import snapshot
-from pytest_sglang.bench.telemetry import server_gpus
+from pytest_sglang.bench.telemetry import _integral, server_gpus
 from pytest_sglang.launch.gpus import GpuReader, GpuReading
 
 from .simproc import run_sim
@@ -256,3 +256,10 @@ def test_nvml_readings_when_the_gpu_extra_is_installed(tmp_path: Path, monkeypat
         assert reader.source == "nvml"
         assert reader.read([1]) == [GpuReading(1, 41.0, 1001.0, 250.501, None, 44.0)]
         assert [r.index for r in reader.read() or []] == [0, 1]
+
+
+def test_the_power_integral_is_exact_for_a_ramp_and_held_past_the_readings() -> None:
+    ramp = [(float(t), 100.0 + 10.0 * t) for t in range(11)]  # 100 W rising 10 W a second
+    assert _integral(ramp, 2.5, 7.5) == pytest.approx(5.0 * (100.0 + 10.0 * 5.0))  # mean of a line: its midpoint
+    assert _integral(ramp, -1.0, 0.0) == pytest.approx(100.0)  # before the first reading: held
+    assert _integral([(1.0, 300.0)], 0.0, 4.0) == pytest.approx(1200.0)
