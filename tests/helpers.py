@@ -147,6 +147,12 @@ class FakeGpu:
     def queries(self) -> list[str]:
         return self.calls.read_text().splitlines() if self.calls.exists() else []
 
+    def install(self, monkeypatch: pytest.MonkeyPatch) -> FakeGpu:
+        """Put this nvidia-smi first for the rest of the test (the variables of :meth:`env`)."""
+        for name, value in self.env().items():
+            monkeypatch.setenv(name, value)
+        return self
+
     def env(self) -> dict[str, str]:
         """The variables that put this nvidia-smi first and make the plugin ask it."""
         return {"PATH": f"{self.bin}{os.pathsep}{os.environ['PATH']}", "PYTEST_SGLANG_GPU_QUERY": "nvidia-smi",

@@ -12,7 +12,6 @@ import struct
 import subprocess
 import threading
 import zlib
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -37,21 +36,11 @@ SIM = {"decode_tok_s": 40, "ttft_ms": 20, "max_batch": 4}
 
 @pytest.fixture
 def fake_gpu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeGpu:
-    gpu = FakeGpu(tmp_path)
-    for name, value in gpu.env().items():
-        monkeypatch.setenv(name, value)
+    gpu = FakeGpu(tmp_path).install(monkeypatch)
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     gpu.read_as(0, **IDLE)
     gpu.read_as(1, **BUSY)
     return gpu
-
-
-@pytest.fixture
-def sleeper() -> Iterator[subprocess.Popen[bytes]]:
-    proc = subprocess.Popen(["sleep", "60"])
-    yield proc
-    proc.kill()
-    proc.wait()
 
 
 def _samplers() -> list[str]:
@@ -70,13 +59,17 @@ def test_the_gauges_in_either_servers_names() -> None:
 
 
 def test_the_servers_gpus_from_its_pids_else_its_visible_devices(
-    fake_gpu: FakeGpu, sleeper: subprocess.Popen[bytes], monkeypatch: pytest.MonkeyPatch
+    fake_gpu: FakeGpu, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    assert server_gpus(sleeper.pid)[0] is None  # neither says: every GPU
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
-    assert server_gpus(None) == ([1], "CUDA_VISIBLE_DEVICES")
-    fake_gpu.hold(sleeper.pid)  # the fake reports its compute apps on GPU 0
-    assert server_gpus(sleeper.pid) == ([0], "held by the server's processes")
+    with subprocess.Popen(["sleep", "60"]) as server:
+        try:
+            assert server_gpus(server.pid)[0] is None  # neither says: every GPU
+            monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+            assert server_gpus(None) == ([1], "CUDA_VISIBLE_DEVICES")
+            fake_gpu.hold(server.pid)  # the fake reports its compute apps on GPU 0
+            assert server_gpus(server.pid) == ([0], "held by the server's processes")
+        finally:
+            server.kill()
 
 
 def test_energy_per_token_is_the_servers_gpu_power_over_the_measured_duration(
