@@ -6,12 +6,13 @@ from __future__ import annotations
 import random
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import psutil
 import pytest
 
-from pytest_sglang.bench import run_bench
+from pytest_sglang.bench import run_bench, runner
 from pytest_sglang.bench.spread import arrival_offsets, deal
 from pytest_sglang.errors import BenchmarkError
 
@@ -80,3 +81,31 @@ def test_workers_end_with_a_parent_that_is_killed(tmp_path: Path) -> None:
     for proc in alive:
         proc.kill()
     assert not alive, [p.pid for p in alive]
+
+
+def test_a_client_bound_single_loop_is_run_again_over_the_spare_processes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A thread that hogs the interpreter's lock makes this process's event loop wake late: the self-check calls
+    the round client-bound, and the runner runs it again over worker processes (the machine's size stood in
+    for: this one has too few cores to spare)."""
+    monkeypatch.setattr(runner, "spare_processes", lambda: 2)
+    stop = threading.Event()
+
+    def hog() -> None:
+        while not stop.is_set():
+            sum(range(10_000))
+
+    previous = sys.getswitchinterval()
+    sys.setswitchinterval(0.1)  # each turn of the hog holds the lock 100 ms
+    thread = threading.Thread(target=hog, daemon=True)
+    thread.start()
+    try:
+        with run_sim(tmp_path, {"decode_tok_s": 200, "ttft_ms": 5}) as sim:
+            r = run_bench(sim, num_requests=8, concurrency=8, input_len=8, output_len=60)
+    finally:
+        stop.set()
+        thread.join()
+        sys.setswitchinterval(previous)
+    assert r.client_processes == 2, r.client_bound_reason
+    assert r.completed == 8 and r.failed == 0
