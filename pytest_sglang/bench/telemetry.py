@@ -159,7 +159,7 @@ class Telemetry:
     end, whatever happened."""
 
     def __init__(self, *, base_url: str, api_key: str | None, host: str | None, pid: int | None, kind: str,
-                 enabled: bool = True) -> None:
+                 ssh_host: str | None = None, enabled: bool = True) -> None:
         self.gpus: list[int] | None = None
         self.gpus_from: str | None = None
         self.gpu_unmeasured: str | None = None
@@ -174,9 +174,10 @@ class Telemetry:
         if not enabled:
             self.gpu_unmeasured = self.server_unmeasured = "telemetry was turned off (telemetry=False)"
             return
-        if host is not None and not _loopback(host):
-            self.gpu_unmeasured = (f"the server runs on {host}, not this machine: GPU telemetry on an ssh host "
-                                   "is not sampled yet")
+        elsewhere = ssh_host or (host if host is not None and not _loopback(host) else None)
+        if elsewhere:
+            self.gpu_unmeasured = (f"the server runs on {elsewhere}, not this machine: GPU telemetry of another "
+                                   "machine (an ssh host's through the remote agent) is not sampled yet")
         else:
             self._start_gpus(pid)
         self._client = Client(base_url, api_key=api_key, timeout=SCRAPE_TIMEOUT_S)  # the sampler thread's own

@@ -21,7 +21,7 @@ from pytest_sglang.baseline import BaselineStore, Machine, compare
 from pytest_sglang.bench import run_bench
 from pytest_sglang.bench.metrics import GPU_FIGURES, SERVER_FIGURES
 from pytest_sglang.bench.server_metrics import snapshot
-from pytest_sglang.bench.telemetry import _integral, server_gpus
+from pytest_sglang.bench.telemetry import Telemetry, _integral, server_gpus
 from pytest_sglang.launch.gpus import GpuReader, GpuReading
 
 from .simproc import run_sim
@@ -256,3 +256,14 @@ def test_the_power_integral_is_exact_for_a_ramp_and_held_past_the_readings() -> 
     assert _integral(ramp, 2.5, 7.5) == pytest.approx(5.0 * (100.0 + 10.0 * 5.0))  # mean of a line: its midpoint
     assert _integral(ramp, -1.0, 0.0) == pytest.approx(100.0)  # before the first reading: held
     assert _integral([(1.0, 300.0)], 0.0, 4.0) == pytest.approx(1200.0)
+
+
+def test_a_server_on_another_machine_is_not_sampled_here(fake_gpu: FakeGpu) -> None:
+    for where in ({"ssh_host": "gpu-box", "host": "127.0.0.1"}, {"host": "10.1.2.3"}):  # through ssh -L, or direct
+        tel = Telemetry(base_url="http://127.0.0.1:9", api_key=None, pid=None, kind="sglang", **where)
+        try:
+            assert tel.gpu_unmeasured is not None and "not this machine" in tel.gpu_unmeasured
+            assert (where.get("ssh_host") or where["host"]) in tel.gpu_unmeasured
+        finally:
+            tel.close()
+    assert not any("--query-gpu=index,utilization" in q for q in fake_gpu.queries())
