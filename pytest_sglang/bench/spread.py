@@ -211,19 +211,19 @@ def drive_spread(base_url: str, api_key: str | None, api: Api, bodies: Sequence[
         finally:
             await pool.close()
 
-    workers = WorkerPool(processes, base_url, api_key, api, timeout)
+    dealt = [(ix, slots) for ix, slots in deal(len(bodies), processes, concurrency) if ix]
+    workers = WorkerPool(len(dealt), base_url, api_key, api, timeout)  # no worker without a request
     try:
         warm_results: list[StreamResult] = run(warm)
         if between is not None:
             between(None)
-        dealt = deal(len(bodies), processes, concurrency)
         done, lags = [], []
         for k in range(rounds):
             if k:
                 time.sleep(round_gap)
             offsets = arrival_offsets(len(bodies), request_rate, random.Random(seed + 1))
             shares = [Share(ix, [bodies[j] for j in ix], [offsets[j] for j in ix] if offsets else None, slots)
-                      for ix, slots in dealt if ix]
+                      for ix, slots in dealt]
             if telemetry is not None:
                 telemetry.round_started()
             try:
