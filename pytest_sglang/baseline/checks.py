@@ -7,7 +7,8 @@ figures (every round's) instead under ``update``. :class:`BaselineChecker` is th
 ``sglang_baseline`` fixture calls: one store, one mode, one machine per server version.
 
 Infrastructure outcomes are not regressions: a run with failed requests or a client-bound run (the load
-generator was the bottleneck) is not judged, and neither is a comparison too noisy to judge (CV over the
+generator was the bottleneck) is not judged, nor is a telemetry figure that was not measured (no GPU, no
+/metrics: the result's ``unmeasured(metric)`` says why), and neither is a comparison too noisy to judge (CV over the
 limit) or a ``3sigma`` tolerance without the baseline's spread. Such a check passes with a warning
 (:class:`NotJudgedWarning`) unless strict. :func:`gate_of` sums a benchmark's outcome up for CI:
 ``passed``, ``regressed``, ``not-judged`` (with the reason), ``recorded``, or None when nothing was checked.
@@ -150,11 +151,15 @@ def compare_one(metric: str, current: float | Sequence[float] | None, baseline: 
                 max_cv_pct: float | None = DEFAULT_MAX_CV_PCT, unjudged: str | None = None,
                 sessions: Sequence[float] = ()) -> Check:
     """One metric (a figure or its rounds) against its baseline (likewise): ``no-baseline`` and ``missing``
-    here, ``not-judged`` for ``unjudged`` (an infrastructure reason), the rest by the engine: against the
-    spread of the baseline's recording ``sessions`` (their medians) once it has SESSIONS_NEEDED, else against
-    its rounds, saying that the session noise is not yet known."""
+    here, ``not-judged`` for ``unjudged`` (an infrastructure reason, or why the figure was not measured), the
+    rest by the engine: against the spread of the baseline's recording ``sessions`` (their medians) once it has
+    SESSIONS_NEEDED, else against its rounds, saying that the session noise is not yet known."""
     d = direction(metric)
     cur, base = _as_list(current), _as_list(baseline)
+    if cur is None and unjudged:
+        return Check(metric, None, metric_value({metric: base}, metric) if base else None, tolerance, d,
+                     "not-judged", message=f"{metric} not judged: {unjudged}", rounds=0,
+                     baseline_rounds=len(base or []), reason=unjudged)
     if base is None or entry is None:
         measured = fmt_value(metric, metric_value({metric: cur}, metric) or 0.0) if cur else "n/a"
         return Check(metric, metric_value({metric: cur}, metric) if cur else None, None, tolerance, d,
@@ -243,8 +248,10 @@ def compare(
     comp = Comparison(profile, test_id, machine, entry)
     for metric, tol in parsed.items():
         baseline = entry.samples_of(metric) if entry else None
+        unmeasured = getattr(result, "unmeasured", None)
+        why_none = unmeasured(metric) if callable(unmeasured) and not samples[metric] else None
         check = compare_one(metric, samples[metric], baseline, tol, profile=profile, entry=entry,
-                            confidence=confidence, max_cv_pct=max_cv_pct, unjudged=problem,
+                            confidence=confidence, max_cv_pct=max_cv_pct, unjudged=why_none or problem,
                             sessions=entry.sessions_of(metric) if entry else ())
         comp.checks.append(check)
         if check.status == "improved" or (check.status == "ok" and "not significant" in check.message):

@@ -16,6 +16,7 @@
   the Walsh averages ``(d_i + d_j) / 2`` at the signed-rank test's exact critical value (untied), around their
   median (the Hodges-Lehmann estimate). No resampling, so nothing to seed; it excludes 0 where the two-sided
   test rejects at that level.
+
 * :class:`SessionSpread`: the prediction interval of one new session among past sessions' medians (log
   scale, Student's t with n - 1 degrees of freedom; :func:`t_cdf` and :func:`t_quantile` through the
   regularized incomplete beta function), for baselines that keep their recording sessions.
@@ -122,74 +123,6 @@ def bootstrap_change_ci(current: Sequence[float], reference: Sequence[float], co
     return lo, hi
 
 
-def _signed_rank_counts(weights: Sequence[int]) -> dict[int, int]:
-    """How many of the 2^n sign patterns give each sum of the positive ``weights``."""
-    counts: dict[int, int] = {0: 1}
-    for w in weights:
-        step = dict(counts)
-        for s, c in counts.items():
-            step[s + w] = step.get(s + w, 0) + c
-        counts = step
-    return counts
-
-
-def signed_rank_p(differences: Sequence[float], alternative: Alternative) -> float:
-    """One-sided p-value that the paired ``differences`` are centred below 0 (``"less"``) or above it
-    (``"greater"``), by the Wilcoxon signed-rank test; 1.0 with no non-zero difference."""
-    nonzero = [d for d in differences if d != 0]
-    n = len(nonzero)
-    if n == 0:
-        return 1.0
-    doubled = [round(2 * r) for r in midranks([abs(d) for d in nonzero])]
-    observed = sum(w for w, d in zip(doubled, nonzero, strict=True) if d > 0)
-    if n <= SIGNED_RANK_EXACT_MAX_N:
-        counts = _signed_rank_counts(doubled)
-        hits = sum(c for s, c in counts.items() if (s <= observed if alternative == "less" else s >= observed))
-        return min(1.0, hits / 2 ** n)
-    mean = sum(doubled) / 2
-    var = sum(w * w for w in doubled) / 4  # of the doubled positive rank sum; ties are in the weights
-    delta = observed - mean
-    z = (delta + 1) / math.sqrt(var) if alternative == "less" else (delta - 1) / math.sqrt(var)
-    cdf = 0.5 * math.erfc(-z / math.sqrt(2))
-    return min(1.0, cdf if alternative == "less" else 1.0 - cdf)
-
-
-def signed_rank_min_p(n: int) -> float:
-    """The smallest one-sided p-value ``n`` pairs can reach: 2^-n (5 pairs: 0.031, 6 pairs: 0.016)."""
-    return 1.0 if n < 1 else 0.5 ** n
-
-
-def _signed_rank_critical(n: int, tail: float) -> int:
-    """The largest ``k`` with P(W+ < k) <= ``tail`` for ``n`` untied pairs (0: none)."""
-    counts = _signed_rank_counts([2 * (i + 1) for i in range(n)])
-    total, below, k = 2 ** n, 0, 0
-    for s in range(0, n * (n + 1) + 1, 2):  # doubled sums, so W+ = s / 2
-        below += counts.get(s, 0)
-        if below / total > tail:
-            break
-        k = s // 2 + 1
-    return k
-
-
-def hodges_lehmann_ci(differences: Sequence[float], confidence: float = 0.95) -> tuple[float, float, float] | None:
-    """The Hodges-Lehmann estimate of the paired differences' centre and its ``confidence`` interval:
-    ``(low, estimate, high)``; None when ``n`` pairs are too few for the interval (2^-n > the tail)."""
-    n = len(differences)
-    if n == 0:
-        return None
-    walsh = sorted((differences[i] + differences[j]) / 2 for i in range(n) for j in range(i, n))
-    estimate = statistics.median(walsh)
-    tail = (1.0 - confidence) / 2
-    if n > SIGNED_RANK_EXACT_MAX_N:
-        z = statistics.NormalDist().inv_cdf(1 - tail)
-        k = int(math.floor(n * (n + 1) / 4 - z * math.sqrt(n * (n + 1) * (2 * n + 1) / 24)))
-    else:
-        k = _signed_rank_critical(n, tail)
-    if k < 1:
-        return None
-    return walsh[k - 1], estimate, walsh[len(walsh) - k]
-
-
 def _beta_fraction(a: float, b: float, x: float) -> float:
     """The continued fraction of the incomplete beta function (modified Lentz)."""
     tiny, eps = 1e-300, 3e-14
@@ -293,3 +226,71 @@ class SessionSpread:
         if self.scale == 0:
             return 1.0 if value >= self.center * edge else 0.0
         return t_cdf((math.log(value) - math.log(self.center * edge)) / self.scale, self.n - 1)
+
+
+def _signed_rank_counts(weights: Sequence[int]) -> dict[int, int]:
+    """How many of the 2^n sign patterns give each sum of the positive ``weights``."""
+    counts: dict[int, int] = {0: 1}
+    for w in weights:
+        step = dict(counts)
+        for s, c in counts.items():
+            step[s + w] = step.get(s + w, 0) + c
+        counts = step
+    return counts
+
+
+def signed_rank_p(differences: Sequence[float], alternative: Alternative) -> float:
+    """One-sided p-value that the paired ``differences`` are centred below 0 (``"less"``) or above it
+    (``"greater"``), by the Wilcoxon signed-rank test; 1.0 with no non-zero difference."""
+    nonzero = [d for d in differences if d != 0]
+    n = len(nonzero)
+    if n == 0:
+        return 1.0
+    doubled = [round(2 * r) for r in midranks([abs(d) for d in nonzero])]
+    observed = sum(w for w, d in zip(doubled, nonzero, strict=True) if d > 0)
+    if n <= SIGNED_RANK_EXACT_MAX_N:
+        counts = _signed_rank_counts(doubled)
+        hits = sum(c for s, c in counts.items() if (s <= observed if alternative == "less" else s >= observed))
+        return min(1.0, hits / 2 ** n)
+    mean = sum(doubled) / 2
+    var = sum(w * w for w in doubled) / 4  # of the doubled positive rank sum; ties are in the weights
+    delta = observed - mean
+    z = (delta + 1) / math.sqrt(var) if alternative == "less" else (delta - 1) / math.sqrt(var)
+    cdf = 0.5 * math.erfc(-z / math.sqrt(2))
+    return min(1.0, cdf if alternative == "less" else 1.0 - cdf)
+
+
+def signed_rank_min_p(n: int) -> float:
+    """The smallest one-sided p-value ``n`` pairs can reach: 2^-n (5 pairs: 0.031, 6 pairs: 0.016)."""
+    return 1.0 if n < 1 else 0.5 ** n
+
+
+def _signed_rank_critical(n: int, tail: float) -> int:
+    """The largest ``k`` with P(W+ < k) <= ``tail`` for ``n`` untied pairs (0: none)."""
+    counts = _signed_rank_counts([2 * (i + 1) for i in range(n)])
+    total, below, k = 2 ** n, 0, 0
+    for s in range(0, n * (n + 1) + 1, 2):  # doubled sums, so W+ = s / 2
+        below += counts.get(s, 0)
+        if below / total > tail:
+            break
+        k = s // 2 + 1
+    return k
+
+
+def hodges_lehmann_ci(differences: Sequence[float], confidence: float = 0.95) -> tuple[float, float, float] | None:
+    """The Hodges-Lehmann estimate of the paired differences' centre and its ``confidence`` interval:
+    ``(low, estimate, high)``; None when ``n`` pairs are too few for the interval (2^-n > the tail)."""
+    n = len(differences)
+    if n == 0:
+        return None
+    walsh = sorted((differences[i] + differences[j]) / 2 for i in range(n) for j in range(i, n))
+    estimate = statistics.median(walsh)
+    tail = (1.0 - confidence) / 2
+    if n > SIGNED_RANK_EXACT_MAX_N:
+        z = statistics.NormalDist().inv_cdf(1 - tail)
+        k = int(math.floor(n * (n + 1) / 4 - z * math.sqrt(n * (n + 1) * (2 * n + 1) / 24)))
+    else:
+        k = _signed_rank_critical(n, tail)
+    if k < 1:
+        return None
+    return walsh[k - 1], estimate, walsh[len(walsh) - k]

@@ -116,6 +116,7 @@ def build_report(ledger: SessionLedger, *, machine: Machine | None = None, commi
                 "gate": gate,
                 "gate_reason": reason,
                 "result": b.result.to_dict(),
+                "telemetry": b.result.telemetry,
                 "baseline": _baseline_view(b.comparisons),
                 "notes": [n for c in b.comparisons for n in c.notes],
                 "warnings": [w for c in b.comparisons for w in c.warnings],

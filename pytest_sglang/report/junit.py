@@ -7,10 +7,11 @@ from collections.abc import Iterable
 from pytest_sglang.baseline import Comparison, gate_of
 from pytest_sglang.bench import BenchResult
 from pytest_sglang.bench.ab import ABResult
+from pytest_sglang.bench.metrics import GPU_FIGURES, SERVER_FIGURES
 
-# The figures shown per benchmark in the tables and recorded as junitxml properties.
+# The figures shown per benchmark in the tables and recorded as junitxml properties (where not None).
 HEADLINE = ("output_throughput", "median_ttft_ms", "p99_ttft_ms", "median_itl_ms", "median_e2e_latency_ms",
-            "accept_length", "goodput")
+            "accept_length", "goodput", *GPU_FIGURES, *SERVER_FIGURES)
 
 
 def junit_properties(result: BenchResult, comparisons: Iterable[Comparison] = ()) -> list[tuple[str, object]]:

@@ -78,6 +78,31 @@ HEADERS = ["profile", "startup s", "test", "out tok/s", "TTFT ms (p50)", "ITL ms
            "tok/s vs baseline", "gate"]
 
 
+def telemetry_text(r: dict[str, Any]) -> str | None:
+    """A result's GPU and server figures in one phrase; None where none was measured."""
+    parts = []
+    if r.get("energy_per_output_token_j") is not None:
+        per_joule = r.get("output_tokens_per_joule")
+        parts.append(f"{r['energy_per_output_token_j']:.4g} J/output token"
+                     + (f" ({per_joule:.4g} tok/J)" if per_joule is not None else ""))
+    for key, label in (("gpu_util_mean_pct", "GPU util {:.0f}%"), ("gpu_power_mean_w", "{:.0f} W"),
+                       ("gpu_memory_peak_mib", "{:.0f} MiB peak"), ("gpu_sm_clock_mean_mhz", "SM {:.0f} MHz"),
+                       ("server_queue_mean", "queue {:.1f}"), ("server_kv_usage_peak", "KV peak {:.0%}")):
+        if r.get(key) is not None:
+            parts.append(label.format(r[key]))
+    return ", ".join(parts) or None
+
+
+def _telemetry_lines(report: dict[str, Any]) -> list[str]:
+    out = []
+    for name, prof in report["profiles"].items():
+        for bench in prof["benchmarks"]:
+            text = telemetry_text(bench["result"])
+            if text:
+                out.append(f"{name} {_test_label(bench)}: {text}")
+    return out
+
+
 def gate_lines(report: dict[str, Any]) -> list[str]:
     """``gate: 1 regressed, 2 not judged, 3 passed``, then one line per test that regressed or was not judged."""
     g = report.get("gate") or {}
@@ -131,6 +156,7 @@ def terminal_lines(report: dict[str, Any]) -> list[str]:
         for bench in prof["benchmarks"]:
             for note in bench["notes"]:
                 out.append(f"note: {note}")
+    out += [f"telemetry: {line}" for line in _telemetry_lines(report)]
     return out + ab_lines(report) + gate_lines(report)
 
 
@@ -144,6 +170,10 @@ def markdown(report: dict[str, Any]) -> str:
     lines.append("|" + "|".join("---" for _ in HEADERS) + "|")
     for r in rows:
         lines.append("| " + " | ".join(c.replace("|", "\\|") for c in r) + " |")
+    telemetry = _telemetry_lines(report)
+    if telemetry:
+        lines += ["", "GPU and server telemetry (medians of the rounds):", ""]
+        lines += [f"- {line}" for line in telemetry]
     ab_shown = ab_lines(report)
     if ab_shown:
         lines += ["", *(f"- {line}" for line in ab_shown)]

@@ -35,6 +35,7 @@ class Knobs:
     vocab_size: int = 32000  # token ids at or above it are answered 400 "out of vocabulary"; /tokenize keeps below
     metrics_format: str = "sglang"  # /metrics in SGLang's names (with --enable-metrics) or "vllm" (always)
     metrics_skew: int = 0  # /metrics counts this many generation tokens too many per request (a miscounting server)
+    reuse_port: bool = False  # SO_REUSEPORT: simulators started on one port share its load (a faster "server")
 
     @property
     def fault_at(self) -> float:
@@ -112,6 +113,7 @@ def _validate(k: Knobs) -> None:
     ):
         raise KnobError(f"{KNOB_ENV}: crash_after_requests must be an integer >= 0 or null")
     k.ignore_sigterm = bool(k.ignore_sigterm)
+    k.reuse_port = bool(k.reuse_port)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -42,6 +42,12 @@ class SimHTTPServer(ThreadingHTTPServer):
     allow_reuse_address = True
     request_queue_size = 1024
     sim: SimServer
+    share_port = False  # the reuse_port knob: SO_REUSEPORT, several simulators splitting one port's connections
+
+    def server_bind(self) -> None:
+        if self.share_port:
+            self.socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        super().server_bind()
 
 
 class SimHTTPServer6(SimHTTPServer):
@@ -63,7 +69,8 @@ class SimServer:
         )
         self.host_speed = HostSpeed(run, knobs.session_drift, knobs.wander)
         self.engine = Engine(self.pacing, knobs.max_batch, jitter=knobs.jitter, host_speed=self.host_speed.factor)
-        self.metrics = Metrics(fmt=knobs.metrics_format, model=args.served_model_name, skew=knobs.metrics_skew)
+        self.metrics = Metrics(fmt=knobs.metrics_format, model=args.served_model_name, skew=knobs.metrics_skew,
+                               load=lambda: (self.engine.running, self.engine.queued), max_batch=knobs.max_batch)
         self.ready = threading.Event()
         self.http_up = False
         self.children: list[subprocess.Popen[bytes]] = []
@@ -114,6 +121,7 @@ class SimServer:
 
     def bind(self) -> None:
         cls = SimHTTPServer6 if ":" in self.args.host else SimHTTPServer
+        cls.share_port = self.knobs.reuse_port
         self.httpd = cls((self.args.host, self.args.port), Handler)
         self.httpd.sim = self
 
