@@ -217,11 +217,11 @@ class SGLangPlugin:
             # The whole diagnosis once; every later test of this profile says in one line why.
             if record.profile in self._failure_shown:
                 report.longrepr = (f"[sglang {record.profile}] the server for this profile failed to start (the "
-                                   f"first test that used it shows the whole diagnosis): {record.cause or ''}")
+                                   f"first test that used it shows the whole diagnosis): {record.reason}")
             self._failure_shown.add(record.profile)
             from pytest_sglang.report import startup_failure_properties
 
-            item.user_properties.extend(startup_failure_properties(record.cause))  # junitxml reads them at teardown
+            item.user_properties.extend(startup_failure_properties(record.reason))  # junitxml reads them at teardown
         return report
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:

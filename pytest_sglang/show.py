@@ -24,7 +24,7 @@ from pytest_sglang.errors import (
     register_secret,
 )
 from pytest_sglang.launch.logdir import state_dir
-from pytest_sglang.launch.plan import NOT_NEEDED_BY_SIM, LaunchPlan, plan_launch
+from pytest_sglang.launch.plan import NOT_NEEDED_BY_SIM, LaunchPlan, launch_problems, plan_launch
 from pytest_sglang.settings import Settings
 
 USAGE_ERROR = 4  # pytest.ExitCode.USAGE_ERROR
@@ -69,7 +69,8 @@ def profile_lines(profile: Profile, settings: Settings) -> tuple[list[str], bool
     try:
         plan = plan_launch(replace(profile, unset={}), sim=settings.sim,
                            log_dir=log_dir or state_dir() / "logs" / "NEW-RUN-FOLDER",
-                           startup_timeout=settings.startup_timeout)
+                           startup_timeout=settings.startup_timeout, check=False)
+        problems += launch_problems(plan)
     except ProfileError as exc:
         problems.append(str(exc))
     rows = [("kind", profile.kind + (" (the bundled simulator runs it: --sglang-sim)" if settings.sim else ""))]

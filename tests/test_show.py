@@ -86,7 +86,8 @@ def test_show_names_problems_and_unknown_profiles(pytester: pytest.Pytester, mar
     assert result.ret == 1
     result.stdout.fnmatch_lines([
         "profile base", "  problem * profile 'base', key 'env': ${SHOWN_TOKEN} is not set in the environment*",
-        "profile broken", "  problem * model path /no/such/model-dir does not exist*",
+        "profile broken", "  command * --model-path /no/such/model-dir *",
+        "  problem * model path /no/such/model-dir does not exist*",
     ])
     unknown = _show(pytester, mark, "--sglang-profile=eagel3")
     assert unknown.ret == pytest.ExitCode.USAGE_ERROR

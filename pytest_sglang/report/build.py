@@ -37,7 +37,7 @@ def _baseline_view(comps: Iterable[Comparison]) -> dict[str, Any]:
 
 def _profile_gate(record: Any, server_checks: Sequence[Comparison]) -> tuple[str | None, str | None]:
     if record is not None and not record.ready:
-        return "not-judged", f"the server could not start: {record.cause or record.outcome}"
+        return "not-judged", f"the server could not start: {record.reason}"
     return gate_of(None, server_checks)
 
 

@@ -38,6 +38,13 @@ class StartupRecord:
     def ready(self) -> bool:
         return self.outcome == "ready"
 
+    @property
+    def reason(self) -> str:
+        """Why a startup did not end ready, in one line: its root cause, else its error's headline (a timeout, a
+        stall, an unreachable URL have no root-cause line)."""
+        headline = ((self.error or "").splitlines() or [""])[0].replace(f"[sglang {self.profile}] ", "")
+        return self.cause or headline or self.outcome
+
     def reused(self) -> StartupRecord:
         """This record, as seen by a later run that attaches to the kept server."""
         return replace(self, origin="reused")
@@ -64,8 +71,7 @@ class StartupRecord:
             return (f"{name}: INTERRUPTED during startup after {self.elapsed or 0.0:.1f} s{where}; the server's "
                     f"process tree was killed" + (f" (log: {self.log_path})" if self.log_path else ""))
         if self.outcome == "failed":
-            cause = self.cause or ((self.error or "").splitlines() or ["unknown"])[0].replace(f"[sglang {name}] ", "")
-            return f"{name}: FAILED TO START: {cause}" + (f" (log: {self.log_path})" if self.log_path else "")
+            return f"{name}: FAILED TO START: {self.reason}" + (f" (log: {self.log_path})" if self.log_path else "")
         if self.origin == "attached":
             return f"{name}: attached to a running server at http://{self.host}:{self.port} (startup not measured)"
         if self.origin == "reused":
