@@ -92,7 +92,7 @@ def test_sample(sidecar: Path, tmp_path: Path) -> None:
         order = [watcher.phases[name] for name in ("load_weights", "kv_cache", "http_up")]
         assert order == sorted(order)
         assert watcher.phases["http_up"] <= watcher.ready_at - watcher.started_at
-        assert watcher.status(watcher.ready_at) == "ready"
+        assert watcher.status(watcher.ready_at) == LogWatcher.READY_LINE_LABEL
     elif outcome == "hang":
         assert causes == []
         assert watcher.ready_at is None
