@@ -208,3 +208,72 @@ def test_a_rank_terminated_as_a_consequence_is_not_named_first(tmp_path: Path) -
         assert f"with it: sglang::scheduler_TP0 (pid {survivor}, killed by SIGTERM (exit code 143))" in text, text
     finally:
         server.stop(grace=1)
+
+
+# The order on the GPU host (real SGLang 0.5.23, its scheduler SIGKILLed): the main process reaps the scheduler at
+# once (its status is then no one else's to read), logs SGLang's SIGQUIT line and SIGKILLs the rest of the tree,
+# the detokenizer and a multiprocessing helper without a role, which stay readable as zombies for a while.
+GPU_ORDER = """
+import os, signal, subprocess, sys, time
+scheduler = subprocess.Popen(["sglang::scheduler_TP0", "60"], executable="sleep")
+detokenizer = subprocess.Popen(["sglang::detokenizer", "60"], executable="sleep")
+helper = subprocess.Popen([sys.executable, "-B", "-c", "import time; time.sleep(60)  # resource_tracker"])
+scheduler.wait()
+print("[2026-12-01 10:00:00] Received sigquit from a child process. It usually means the child failed.", flush=True)
+for child in (helper, detokenizer):
+    os.kill(child.pid, signal.SIGKILL)
+time.sleep(8)
+"""
+
+
+def test_the_scheduler_its_launcher_reaped_is_named_before_the_tree_it_killed(tmp_path: Path) -> None:
+    server = ServerProcess([sys.executable, "-c", GPU_ORDER], env=dict(os.environ), log_path=tmp_path / "s.log",
+                           reap_on_parent_death=False)
+    try:
+        deadline = time.monotonic() + 10
+        while not {"sglang::scheduler_TP0", "sglang::detokenizer"} <= set(server.members.names().values()) or len(
+                server.members.names()) < 4:
+            assert time.monotonic() < deadline, f"members never seen: {server.members.names()}"
+            server.poll()
+            time.sleep(0.05)
+        names = server.members.names()
+        scheduler = next(pid for pid, name in names.items() if name == "sglang::scheduler_TP0")
+        rest = [pid for pid, name in names.items() if pid not in (scheduler, server.pid)]
+        os.kill(scheduler, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while any(psutil.Process(pid).status() != psutil.STATUS_ZOMBIE for pid in rest):  # all gone before a look
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        server.members.check(now=time.monotonic() + 1)
+        assert {d.member.pid: d.status for d in server.members.deaths} == {
+            scheduler: None, **{pid: -signal.SIGKILL for pid in rest}}
+        text = server.members.describe_first() or ""
+        assert text.startswith(f"sglang::scheduler_TP0 (pid {scheduler}): gone"), text
+        with_it = text.split("; with it: ", 1)[1]
+        assert with_it.index("sglang::detokenizer") < with_it.index("resource_tracker"), text
+    finally:
+        server.stop(grace=1)
+
+
+def test_where_the_order_cannot_be_known_the_message_says_so(tmp_path: Path) -> None:
+    server = ServerProcess([sys.executable, "-c", TREE], env=dict(os.environ), log_path=tmp_path / "s.log",
+                           reap_on_parent_death=False)
+    try:
+        deadline = time.monotonic() + 10
+        while len([n for n in server.members.names().values() if "scheduler" in n]) < 2:
+            assert time.monotonic() < deadline, f"members never seen: {server.members.names()}"
+            server.poll()
+            time.sleep(0.05)
+        ranks = sorted(pid for pid, name in server.members.names().items() if "scheduler" in name)
+        for pid in ranks:  # both SIGKILLed at once (the OOM killer, or a launcher): nothing tells them apart
+            os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while any(psutil.Process(pid).status() != psutil.STATUS_ZOMBIE for pid in ranks):
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        server.members.check(now=time.monotonic() + 1)
+        text = server.members.describe_first() or ""
+        assert text.startswith("not knowable: sglang::scheduler_TP"), text
+        assert all(f"(pid {pid}, killed by SIGKILL (exit code 137))" in text for pid in ranks), text
+    finally:
+        server.stop(grace=1)
