@@ -188,12 +188,13 @@ class SGLangPlugin:
         if server is None or not hasattr(server, "check_alive"):
             return (yield)
         item.user_properties.extend(_junit_startup(server.record))
-        died = _death_of(server)
+        died = self._death_of(server)
         if died is not None:
             pytest.fail(str(died), pytrace=False)
         try:
             return (yield)
         except ServerDiedError as exc:
+            self._note_death(server, exc)
             fail_with(exc)
         except Exception as exc:
             # A request that broke mid-test (a reset socket, vLLM's 500 as its engine dies) is usually the crash
@@ -202,11 +203,25 @@ class SGLangPlugin:
                                               ConnectionError))
             if not (broken_request or server.has_logged_crash()):
                 raise
-            died = _death_of(server, wait=5.0)
+            died = self._death_of(server, wait=5.0)
             if died is None:
                 raise
             seen = f"{type(exc).__name__}: {exc}"
         pytest.fail(f"{died}\n\n(The test itself saw: {seen})", pytrace=False)
+
+    def _death_of(self, server: ServerHandle, wait: float = 0.0) -> ServerDiedError | None:
+        """The server's death, if it has died; the summary and the report then say so."""
+        try:
+            server.check_alive(wait=wait)
+        except ServerDiedError as exc:
+            self._note_death(server, exc)
+            return exc
+        return None
+
+    def _note_death(self, server: ServerHandle, death: ServerDiedError) -> None:
+        record = self.ledger.startups.get(server.record.profile)
+        if record is not None and record.died is None:
+            self.ledger.add_startup(record.dying(death.cause or death.headline))
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[
@@ -298,14 +313,6 @@ def _junit_startup(record: StartupRecord) -> list[tuple[str, object]]:
         props.append(("sglang_startup_seconds", round(record.startup_seconds, 3)))
     props += [(f"sglang_phase_{name}", round(at, 3)) for name, at in record.phases.items()]
     return props
-
-
-def _death_of(server: ServerHandle, wait: float = 0.0) -> ServerDiedError | None:
-    try:
-        server.check_alive(wait=wait)
-    except ServerDiedError as exc:
-        return exc
-    return None
 
 
 def plugin_of(config: pytest.Config) -> SGLangPlugin:

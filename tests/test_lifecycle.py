@@ -187,6 +187,8 @@ def test_later(sglang_server):
     failed = [line for line in out.split("short test summary")[-1].splitlines() if line.startswith("FAILED")]
     assert len(failed) == 2 and all("server died" in line for line in failed), failed  # cut to the width
     result.stdout.fnmatch_lines(["FAILED test_user.py::test_later?p? - Failed: ?sglang p? server died*"])
+    assert "last phase: ready)" in out, "it had been ready, whatever its last log line"
+    result.stdout.fnmatch_lines(["*sglang servers*", "p: ready in * s, then DIED during the session: *"])
 
 
 def test_stubborn_children_that_escape_the_group_are_killed(pytester: pytest.Pytester, mark: str) -> None:

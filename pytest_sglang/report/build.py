@@ -122,6 +122,7 @@ def build_report(ledger: SessionLedger, *, machine: Machine | None = None, commi
             "phases": dict(record.phases) if record else {},
             "log_path": str(record.log_path) if record and record.log_path else None,
             "error": record.error if record and not record.ready else None,
+            "died": record.died if record else None,
             "gate": server_gate,
             "gate_reason": server_reason,
             "startup_baseline": _baseline_view(server_checks).get("startup_seconds"),

@@ -132,11 +132,13 @@ def wait_for(wait: Wait, *, on_status: StatusCallback, on_record: RecordCallback
         if wait.watcher is not None:
             wait.watcher.ignore_requests(())
     now = wait.started_at + seconds
+    if wait.watcher is not None:
+        wait.watcher.confirm_ready()
     if wait.template.origin == "launched":
-        record = wait.record("ready", now, startup_seconds=seconds, last_phase="ready")
+        record = wait.record("ready", now, startup_seconds=seconds)
         record = replace(record, phases={**record.phases, "ready": seconds})
     else:
-        record = wait.record("ready", now, last_phase="ready")
+        record = wait.record("ready", now)
     on_record(record)
     return record
 

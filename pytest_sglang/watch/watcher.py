@@ -129,10 +129,15 @@ class LogWatcher:
         self._own_requests = (re.compile(rb'"GET (?:' + alternatives + rb')(?:\?[^" ]*)? HTTP/1\.[01]" \d{3}')
                               if paths else None)
 
+    def confirm_ready(self) -> None:
+        """The readiness loop's last step passed: from now on the phase is "ready" (a later death's error says
+        the server had been ready)."""
+        self.phase_label = "ready"
+
     def status(self, now: float) -> str:
         """One line for a live status display, e.g. "loading weights 75% (48/64 shards)"."""
         if self.ready_at is not None:
-            return self.READY_LINE_LABEL
+            return self.phase_label or self.READY_LINE_LABEL
         if self.failing_since is not None:
             causes = self._extractor.root_causes()
             return redact(f"failing: {causes[0].splitlines()[0]}") if causes else "failing"
