@@ -17,7 +17,7 @@ import requests
 
 from pytest_sglang import distributed
 from pytest_sglang.config.profiles import ProfileSet, load_profiles
-from pytest_sglang.errors import PluginError, ServerDiedError
+from pytest_sglang.errors import PluginError, PortInUseError, ServerDiedError
 from pytest_sglang.measure import Measurements
 from pytest_sglang.nodes import fail_with
 from pytest_sglang.session import SessionLedger
@@ -140,7 +140,10 @@ class SGLangPlugin:
             self.ledger.kept.append(f"{name}: pid {handle.pid} on port {handle.port}")
             return handle
         self.status(f"[sglang {name}] launching: log {plan.log_path}")
-        return launch_server(plan, **callbacks)
+        try:
+            return launch_server(plan, **callbacks)
+        except PortInUseError as exc:
+            raise KeptServers(self.settings.rootdir).busy_error(plan.port) or exc from None
 
     def status(self, text: str) -> None:
         """A live line during a long startup, shown even while output is captured."""

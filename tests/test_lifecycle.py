@@ -331,6 +331,20 @@ def test_reuse_attaches_to_the_kept_server_next_run(pytester: pytest.Pytester, m
             proc.kill()
 
 
+def test_a_launch_onto_the_port_of_a_kept_server_says_how_to_stop_it(pytester: pytest.Pytester, mark: str) -> None:
+    project(pytester, profile_toml("p", mark, f"port = {_free_port()}"))
+    args = ("-p", "no:cacheprovider", "--sglang-profile=p", "--sglang-sim")
+    pytester.runpytest_subprocess(*args, "--sglang-reuse").assert_outcomes(passed=1)
+    try:
+        plain = pytester.runpytest_subprocess(*args)
+        plain.assert_outcomes(errors=1)
+        plain.stdout.fnmatch_lines(["*is busy: it is the server that --sglang-reuse kept for profile 'p' (pid *). "
+                                    "Stop it with `pytest --sglang-stop`, or run with --sglang-reuse to use it.*"])
+    finally:
+        assert pytester.runpytest_subprocess("--sglang-stop").ret == 0
+    assert not wait_for_no_processes(mark, timeout=15)
+
+
 def test_reuse_relaunches_when_a_sim_knob_changed_and_needs_no_cache_provider(
     pytester: pytest.Pytester, mark: str
 ) -> None:
