@@ -115,13 +115,14 @@ class SGLangPlugin:
     def open_server(self, param: str) -> ServerHandle:
         from pytest_sglang.launch.plan import plan_launch
         from pytest_sglang.server import KeptServers, attach_server, launch_server
+        from pytest_sglang.server.origins import attach_health_path
 
         profile = self.profiles().select([param])[0] if param != URL_PARAM else None
         name = profile.name if profile else param
         callbacks: dict[str, Any] = {"on_status": self.status, "on_record": self.ledger.add_startup}
         if self.settings.url:
             return attach_server(self.settings.url, profile=name, kind=profile.kind if profile else "sglang",
-                                 health_path=(profile.health_path if profile and profile.health_path else "/health"),
+                                 health_path=attach_health_path(profile),
                                  api_key=profile.api_key if profile else None, **callbacks)
         assert profile is not None
         if self._log_dir is None:

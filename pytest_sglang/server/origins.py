@@ -10,6 +10,7 @@ import os
 import time
 from urllib.parse import urlsplit
 
+from pytest_sglang.config import Profile
 from pytest_sglang.errors import (
     Diagnosis,
     ProfileError,
@@ -28,6 +29,7 @@ from pytest_sglang.server.record import StartupRecord
 from pytest_sglang.watch import LogTail, LogWatcher
 
 ATTACH_TIMEOUT_SECONDS = 10.0
+ATTACH_HEALTH_PATH = "/health"
 SERVER_MODULES = {"sglang": "sglang", "vllm": "vllm"}
 
 
@@ -92,6 +94,12 @@ def startup_wait(plan: LaunchPlan, *, template: StartupRecord, process: ProcessT
             f"look at {look_at}: a hang there (NCCL init, a download) will not end by waiting longer",
         ],
     )
+
+
+def attach_health_path(profile: Profile | None) -> str:
+    """What an --sglang-url server is asked, to be ready and while it serves: the profile's health_path, else
+    /health."""
+    return profile.health_path if profile is not None and profile.health_path else ATTACH_HEALTH_PATH
 
 
 def attach_server(url: str, *, profile: str, kind: str = "sglang", health_path: str | None = "/health",
