@@ -40,10 +40,7 @@ class Choice:
 
 def bad_shape(where: str, what: str, body: Any) -> ServerRequestError:
     """The error for a 200 answer that is not what the API promises."""
-    try:
-        shown = json.dumps(body, default=repr)
-    except ValueError:  # a circular structure cannot come from JSON, but a caller may pass anything
-        shown = repr(body)
+    shown = json.dumps(body, default=repr)
     if len(shown) > EXCERPT_CHARS:
         shown = shown[:EXCERPT_CHARS - 1] + "\u2026"
     return ServerRequestError(f"{where} answered 200 with {what}: {shown}", status=200)
@@ -60,8 +57,7 @@ def read_generate(body: Any, where: str = "POST /generate", *, ids: bool = True)
         raise bad_shape(where, "a text that is not a string", body)
     meta = answer.get("meta_info")
     output_ids = _token_ids(answer.get("output_ids"), where, "output_ids", body) if ids else None
-    return GenerateAnswer(text or "", output_ids,
-                          meta if isinstance(meta, dict) else {})
+    return GenerateAnswer(text or "", output_ids, meta if isinstance(meta, dict) else {})
 
 
 def read_choice(body: Any, where: str, *, chat: bool = False) -> Choice:

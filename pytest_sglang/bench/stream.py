@@ -49,6 +49,11 @@ class StreamResult:
         return self.end - self.start
 
 
+def _newer(value: int | None, before: int | None) -> int | None:
+    """A count an event reports, else the one an earlier event did."""
+    return before if value is None else value
+
+
 class _EventParser:
     """Feeds SSE ``data:`` payloads of one API into a StreamResult."""
 
@@ -98,12 +103,9 @@ class _EventParser:
         if isinstance(spec, dict) and spec.get("spec_verify_ct"):  # SGLang's return_spec_tokens_details
             self.r.spec_verify_ct = int(spec["spec_verify_ct"])
         usage = data.get("usage")
-        completion = read_count(usage, "completion_tokens", self.where, data)
-        if completion is not None:
-            self.r.completion_tokens = completion
-        prompt = read_count(usage, "prompt_tokens", self.where, data)
-        if prompt is not None:
-            self.r.prompt_tokens = prompt
+        self.r.completion_tokens = _newer(read_count(usage, "completion_tokens", self.where, data),
+                                          self.r.completion_tokens)
+        self.r.prompt_tokens = _newer(read_count(usage, "prompt_tokens", self.where, data), self.r.prompt_tokens)
 
     def _feed_native(self, data: dict[str, Any], now: float) -> None:
         answer = read_generate(data, self.where, ids=False)
@@ -123,12 +125,8 @@ class _EventParser:
         if len(text) >= self._native_text_len:
             self.r.text = text
             self._native_text_len = len(text)
-        prompt = read_count(meta, "prompt_tokens", self.where, data)
-        if prompt is not None:
-            self.r.prompt_tokens = prompt
-        verify = read_count(meta, "spec_verify_ct", self.where, data)
-        if verify is not None:
-            self.r.spec_verify_ct = verify
+        self.r.prompt_tokens = _newer(read_count(meta, "prompt_tokens", self.where, data), self.r.prompt_tokens)
+        self.r.spec_verify_ct = _newer(read_count(meta, "spec_verify_ct", self.where, data), self.r.spec_verify_ct)
         finish = meta.get("finish_reason")
         if isinstance(finish, dict) and finish.get("type") == "abort":
             self._fail("request aborted by the server: " + json.dumps(finish)[:BODY_EXCERPT])
