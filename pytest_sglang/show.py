@@ -24,7 +24,7 @@ from pytest_sglang.errors import (
     register_secret,
 )
 from pytest_sglang.launch.logdir import state_dir
-from pytest_sglang.launch.plan import NOT_NEEDED_BY_SIM, LaunchPlan, plan_launch
+from pytest_sglang.launch.plan import NOT_NEEDED_BY_SIM, LaunchPlan, launch_problems, plan_launch
 from pytest_sglang.settings import Settings
 
 USAGE_ERROR = 4  # pytest.ExitCode.USAGE_ERROR
@@ -41,11 +41,17 @@ def show_profiles(settings: Settings, write: Callable[[str], None]) -> int:
     except ProfileError as exc:
         write(f"{PREFIX} {exc}")
         return USAGE_ERROR
+    problem = settings.usage_problem()
+    if problem:
+        write(f"{PREFIX} {problem}")
+        return USAGE_ERROR
+    register_env_secrets(os.environ)
+    if settings.url:
+        return _show_attached(settings.url, chosen[0] if settings.profiles else None, write)
     if not chosen:
         write(f"{PREFIX} no profiles are defined: add [tool.pytest_sglang.profiles.NAME] to pyproject.toml in the "
               "rootdir, or pass --sglang-config=FILE")
         return 0
-    register_env_secrets(os.environ)
     which = "selected" if settings.profiles else "defined"
     write(f"{PREFIX} {len(chosen)} {which} profile(s) from {profiles.source}"
           f"{' under --sglang-sim' if settings.sim else ''}; nothing is launched")
@@ -56,6 +62,22 @@ def show_profiles(settings: Settings, write: Callable[[str], None]) -> int:
         for line in lines:
             write(redact(line))
     return 1 if failed else 0
+
+
+def _show_attached(url: str, profile: Profile | None, write: Callable[[str], None]) -> int:
+    """Under --sglang-url no profile is launched: what the run attaches to, and what it asks that server."""
+    from pytest_sglang.server.origins import ATTACH_TIMEOUT_SECONDS, attach_health_path
+
+    path = attach_health_path(profile)
+    write(f"{PREFIX} --sglang-url={redact(url)}: nothing is launched or stopped; the tests use the server there")
+    rows = [("kind", profile.kind if profile else "sglang (no --sglang-profile: the default kind)"),
+            ("ready when", f"GET {path} answers 200 within {ATTACH_TIMEOUT_SECONDS:g} s"),
+            ("alive while", f"GET {path} answers 200")]
+    width = max(len(label) for label, _ in rows)
+    write(f"profile {profile.name if profile else 'url'}")
+    for label, text in rows:
+        write(redact(f"  {label.ljust(width)}  {text}"))
+    return 0
 
 
 def profile_lines(profile: Profile, settings: Settings) -> tuple[list[str], bool]:
@@ -69,7 +91,8 @@ def profile_lines(profile: Profile, settings: Settings) -> tuple[list[str], bool
     try:
         plan = plan_launch(replace(profile, unset={}), sim=settings.sim,
                            log_dir=log_dir or state_dir() / "logs" / "NEW-RUN-FOLDER",
-                           startup_timeout=settings.startup_timeout)
+                           startup_timeout=settings.startup_timeout, check=False)
+        problems += launch_problems(plan)
     except ProfileError as exc:
         problems.append(str(exc))
     rows = [("kind", profile.kind + (" (the bundled simulator runs it: --sglang-sim)" if settings.sim else ""))]

@@ -148,13 +148,20 @@ def load_profiles(rootdir: Path, config: Path | None, environ: Mapping[str, str]
     except tomllib.TOMLDecodeError as exc:
         where = f" (line {len(text.splitlines())}, the last)" if "end of document" in str(exc) else ""
         raise ProfileError(f"{path}: malformed TOML: {exc}{where}. Fix the file at that line.") from None
-    raw: Any = data
-    for part in table_path:
-        raw = raw.get(part, {}) if isinstance(raw, dict) else {}
+    if config is not None and "profiles" not in data and _table(data, PYPROJECT_TABLE):
+        table_path = PYPROJECT_TABLE  # --sglang-config pointed at a pyproject.toml: its tables are named so
+    raw = _table(data, table_path)
     if not isinstance(raw, dict):
         raise ProfileError(f"{path}: [{'.'.join(table_path)}] must be a table of profiles.")
     loader = _Loader(path, text, ".".join(table_path), raw, environ)
     return ProfileSet(path, {name: loader.resolve(name) for name in raw})
+
+
+def _table(data: dict[str, Any], path: tuple[str, ...]) -> Any:
+    raw: Any = data
+    for part in path:
+        raw = raw.get(part, {}) if isinstance(raw, dict) else {}
+    return raw
 
 
 class _Loader:

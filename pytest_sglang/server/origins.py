@@ -10,7 +10,15 @@ import os
 import time
 from urllib.parse import urlsplit
 
-from pytest_sglang.errors import Diagnosis, ProfileError, register_arg_secrets, register_env_secrets, register_secret
+from pytest_sglang.config import Profile
+from pytest_sglang.errors import (
+    Diagnosis,
+    ProfileError,
+    ServerStartupError,
+    register_arg_secrets,
+    register_env_secrets,
+    register_secret,
+)
 from pytest_sglang.launch.plan import LaunchPlan, auth_headers
 from pytest_sglang.launch.ports import check_port_free
 from pytest_sglang.launch.process import ProcessTree, ServerProcess
@@ -21,6 +29,7 @@ from pytest_sglang.server.record import StartupRecord
 from pytest_sglang.watch import LogTail, LogWatcher
 
 ATTACH_TIMEOUT_SECONDS = 10.0
+ATTACH_HEALTH_PATH = "/health"
 SERVER_MODULES = {"sglang": "sglang", "vllm": "vllm"}
 
 
@@ -41,8 +50,14 @@ def launch_server(plan: LaunchPlan, *, on_status: StatusCallback = ignore, on_re
 
     wait_for_dying_holder(plan.host, plan.port, on_status=say)  # a predecessor still on its way out
     check_port_free(plan.host, plan.port, plan.health_path)
-    process = ServerProcess(plan.argv, env=plan.env, log_path=plan.log_path, reap_on_parent_death=reap and not keep,
-                            guardian_pid=guardian_pid)
+    try:
+        process = ServerProcess(plan.argv, env=plan.env, log_path=plan.log_path,
+                                reap_on_parent_death=reap and not keep, guardian_pid=guardian_pid)
+    except OSError as exc:  # the program is there but cannot be run (no exec bit on a mount, a script's shebang)
+        raise ServerStartupError(
+            f"could not run {plan.argv[0]}: {exc.strerror or exc}", profile=profile.name, log_path=None,
+            diagnosis=Diagnosis(), command=plan.argv,
+            hints=[f"check that {plan.argv[0]} runs on its own: `{plan.argv[0]} --version`"]) from None
     watcher = LogWatcher(plan.kind, ready_pattern=plan.ready_pattern, started_at=process.started_at,
                          tail=LogTail(plan.log_path))
     template = StartupRecord(profile=profile.name, kind=plan.kind.name, origin="launched", outcome="ready",
@@ -79,6 +94,12 @@ def startup_wait(plan: LaunchPlan, *, template: StartupRecord, process: ProcessT
             f"look at {look_at}: a hang there (NCCL init, a download) will not end by waiting longer",
         ],
     )
+
+
+def attach_health_path(profile: Profile | None) -> str:
+    """What an --sglang-url server is asked, to be ready and while it serves: the profile's health_path, else
+    /health."""
+    return profile.health_path if profile is not None and profile.health_path else ATTACH_HEALTH_PATH
 
 
 def attach_server(url: str, *, profile: str, kind: str = "sglang", health_path: str | None = "/health",

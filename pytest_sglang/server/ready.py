@@ -45,11 +45,23 @@ class Probe:
         self.headers = headers
         self.last: str | None = None  # "HTTP 404", "connection refused", ...
         self.last_status: int | None = None
+        self._same_since: float | None = None  # when it first got the answer it got last
         self._session = requests.Session()
 
     @property
     def path(self) -> str:
         return self._paths[0]
+
+    @property
+    def paths(self) -> tuple[str, ...]:
+        return tuple(self._paths)
+
+    def describe(self, now: float) -> str | None:
+        """What the probe has been getting: "GET /healthz answered 404 for 12 s"; None before its first ask."""
+        if self.last is None or self._same_since is None:
+            return None
+        got = f"answered {self.last_status}" if self.last_status is not None else f"got {self.last}"
+        return f"GET {self.path} {got} for {now - self._same_since:.0f} s"
 
     @property
     def url(self) -> str:
@@ -59,16 +71,21 @@ class Probe:
         try:
             status = self._session.get(self.url, headers=self.headers, timeout=timeout).status_code
         except requests.ConnectionError:
-            self.last, self.last_status = "connection refused", None
+            self._got("connection refused", None)
             return False
         except requests.RequestException as exc:
-            self.last, self.last_status = f"{type(exc).__name__}", None
+            self._got(f"{type(exc).__name__}", None)
             return False
-        self.last, self.last_status = f"HTTP {status}", status
+        self._got(f"HTTP {status}", status)
         if status in (401, 404) and len(self._paths) > 1:
             self._paths.pop(0)
             return self.ok(timeout)
         return status == 200
+
+    def _got(self, answer: str, status: int | None) -> None:
+        if answer != self.last or self._same_since is None:
+            self._same_since = time.monotonic()
+        self.last, self.last_status = answer, status
 
 
 @dataclass
@@ -101,6 +118,8 @@ class Wait:
 
 def wait_for(wait: Wait, *, on_status: StatusCallback, on_record: RecordCallback) -> StartupRecord:
     """Wait until ready and return the record; every outcome is handed to ``on_record`` exactly once."""
+    if wait.watcher is not None and wait.probe is not None:
+        wait.watcher.ignore_requests(wait.probe.paths)  # the probe's own access-log lines are not progress
     try:
         seconds = _until_ready(wait, on_status)
     except ServerStartupError as exc:
@@ -109,7 +128,12 @@ def wait_for(wait: Wait, *, on_status: StatusCallback, on_record: RecordCallback
     except BaseException:  # Ctrl-C, or pytest-timeout cutting the wait
         on_record(wait.record("interrupted", time.monotonic()))
         raise
+    finally:
+        if wait.watcher is not None:
+            wait.watcher.ignore_requests(())
     now = wait.started_at + seconds
+    if wait.watcher is not None:
+        wait.watcher.confirm_ready()
     if wait.template.origin == "launched":
         record = wait.record("ready", now, startup_seconds=seconds)
         record = replace(record, phases={**record.phases, "ready": seconds})
@@ -221,6 +245,9 @@ def _timeout(wait: Wait) -> ServerStartupError:
         headline = wait.timeout_headline()
     else:
         headline = f"server was not ready within its startup timeout of {wait.timeout:.0f} s"
+        probed = wait.probe.describe(time.monotonic()) if wait.probe is not None else None
+        if probed:
+            headline += f" ({probed})"
     return ServerStartupError(
         headline, profile=wait.template.profile, log_path=wait.template.log_path, diagnosis=_diagnosis(wait, None),
         elapsed=time.monotonic() - wait.started_at, hints=wait.timeout_hints(), command=wait.command,
@@ -229,12 +256,15 @@ def _timeout(wait: Wait) -> ServerStartupError:
 
 def _stalled(wait: Wait, quiet: float) -> ServerStartupError:
     phase = wait.watcher.phase_label if wait.watcher is not None else None
+    probed = wait.probe.describe(time.monotonic()) if wait.probe is not None else None
     return ServerStartupError(
         f"no progress for {quiet:.0f} s in phase {phase or 'starting'} (stall_timeout {wait.stall_timeout:g} s: "
-        "no new log line, phase or progress in that time)",
+        "no new log line, phase or progress in that time" + (f"; {probed}" if probed else "") + ")",
         profile=wait.template.profile, log_path=wait.template.log_path, diagnosis=_diagnosis(wait, None),
         elapsed=time.monotonic() - wait.started_at, command=wait.command,
-        hints=["a server that is still working logs something (a phase, a progress bar) more often than this: "
+        hints=[*([f"the server logged its ready line, but {probed}: check the profile's health_path"]
+                 if probed and wait.watcher is not None and wait.watcher.ready_at is not None else []),
+               "a server that is still working logs something (a phase, a progress bar) more often than this: "
                "look at the last lines for what it waits on (NCCL init, a download, a lock)",
                "if this phase is legitimately silent for longer, raise stall_timeout in the profile "
                "(startup_timeout stays the hard cap)"],
