@@ -11,6 +11,7 @@ from difflib import get_close_matches
 from pathlib import Path
 from typing import Any
 
+from pytest_sglang.config.slurm import SlurmSpec, parse_slurm
 from pytest_sglang.errors import ProfileError
 from pytest_sglang.kinds import KINDS
 
@@ -42,11 +43,12 @@ _KEY_TYPES: dict[str, tuple[tuple[type, ...], str]] = {
     "ssh": ((str,), "an ssh destination such as 'user@host' or a Host alias of ~/.ssh/config"),
     "ssh_options": ((list,), "a list of extra ssh client arguments, e.g. ['-p', '2222']"),
     "remote_log_dir": ((str,), "a folder on the ssh host for the server's log"),
+    "slurm": ((dict,), "a table such as { nodes = 2, gpus_per_node = 8, partition = 'gpu', time = '02:00:00' }"),
 }
 SIM_KNOBS = frozenset({
     "startup_seconds", "decode_tok_s", "ttft_ms", "max_batch", "fault", "fault_after",
     "crash_after_requests", "ignore_sigterm", "accept_length", "spec_speedup", "jitter", "output_variant",
-    "output_margin", "vocab_size", "metrics_format", "metrics_skew",
+    "output_margin", "vocab_size", "metrics_format", "metrics_skew", "fault_node",
 })
 SIM_FAULTS = (None, "traceback", "exit", "hang", "bad-flag")
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
@@ -75,6 +77,7 @@ class Profile:
     ssh: str | None = None  # launch on this host over OpenSSH (launch/remote.py)
     ssh_options: tuple[str, ...] = ()
     remote_log_dir: str | None = None  # default: a folder under the host's temp dir
+    slurm: SlurmSpec | None = None  # spread over nodes through one srun step (launch/slurm.py)
     unset: Mapping[str, str] = field(default_factory=dict, repr=False)  # key -> why its ${VAR} is unset
 
     @property
@@ -186,7 +189,7 @@ class _Loader:
             value = self.expand(name, key, value)
             if key == "args":
                 merged["args"] = [*merged.get("args", []), *value]
-            elif key in ("env", "sim"):
+            elif key in ("env", "sim", "slurm"):
                 merged[key] = {**merged.get(key, {}), **value}
             else:
                 merged[key] = value
@@ -257,6 +260,10 @@ class _Loader:
         if ssh is not None and (not ssh.strip() or ssh.startswith("-") or any(c.isspace() for c in ssh)):
             raise ProfileError(f"{self.where(name, 'ssh')}: {ssh!r} is not an ssh destination: give 'user@host' or "
                                "a Host alias (ssh options go in `ssh_options`).")
+        if ssh is not None and "slurm" in merged:
+            raise ProfileError(f"{self.where(name, 'slurm')}: a profile runs either on an ssh host or through SLURM; "
+                               "drop `ssh` (srun reaches the nodes) or `slurm`.")
+        slurm = parse_slurm(self.where(name), merged["slurm"]) if "slurm" in merged else None
         sim = merged.get("sim", {})
         for knob in sim:
             if knob not in SIM_KNOBS:
@@ -289,6 +296,7 @@ class _Loader:
             ssh=ssh,
             ssh_options=tuple(str(o) for o in merged.get("ssh_options", ())),
             remote_log_dir=merged.get("remote_log_dir"),
+            slurm=slurm,
             unset=dict(self.unset.get(name, {})),
         )
 
@@ -302,7 +310,8 @@ def _as_raw(profile: Profile) -> dict[str, Any]:
             continue
         value = getattr(profile, key)
         if value != getattr(defaults, key):
-            raw[key] = list(value) if isinstance(value, tuple) else value
+            raw[key] = list(value) if isinstance(value, tuple) else value.as_raw() if isinstance(value, SlurmSpec) \
+                else value
     return raw
 
 
