@@ -1,0 +1,163 @@
+"""A server over two SLURM nodes (the simulator on each), on the real two-node cluster of conftest.py: it comes
+up, and each fault row of docs/multinode.md shows its message within its time bound, with nothing left on
+either node and an empty queue."""
+
+from __future__ import annotations
+
+import re
+import signal
+import subprocess
+import time
+
+from conftest import Project, profile
+
+PASSING = """
+import requests
+
+def test_serves(sglang_server):
+    assert requests.get(sglang_server.url("/v1/models"), timeout=5).status_code == 200
+    assert sglang_server.log_path.name.endswith(".node0.log")
+"""
+
+SLOW = """
+import time
+
+def test_waits(sglang_server):
+    time.sleep(120)
+"""
+
+
+def _elapsed(output: str) -> float:
+    found = re.search(r"\(after ([\d.]+) s", output)
+    assert found, output
+    return float(found.group(1))
+
+
+def _assert_nothing_left(project: Project, row: str, seconds: float) -> None:
+    """Nothing of the server on either node, an empty queue; the row's figure goes to -s output (docs table)."""
+    procs, queue = project.left_behind()
+    assert procs == [], procs
+    assert queue == [], queue
+    print(f"\nfault row {row}: {seconds:.1f} s; left: {len(procs)} processes, {len(queue)} jobs in the queue")
+
+
+def test_two_nodes_serve_and_leave_nothing(project: Project) -> None:
+    project.write(profile("two", project.mark), PASSING)
+    out, took = project.run("two")
+    assert "1 passed" in out, out
+    assert "job " in out and "runs on node1, node2" in out, out
+    node1 = project.node_log("two", 1).read_text()
+    assert "Init torch distributed begin." in node1 and "fired up" not in node1
+    _assert_nothing_left(project, "healthy run (whole pytest run)", took)
+
+
+def test_crash_on_node_1_during_startup(project: Project) -> None:
+    project.write(profile("crash1", project.mark, sim='startup_seconds = 4, fault = "traceback", fault_node = 1, '
+                                                     "fault_after = 1.0"), PASSING)
+    out, _ = project.run("crash1")
+    assert "node 1 (node2) crashed during startup" in out, out
+    assert "AttributeError: 'KimiK25ForConditionalGeneration' object has no attribute" in out, out
+    assert "crash1.node1.log" in out, out
+    assert _elapsed(out) < 1.0 + 2.5, out  # the crash at 1 s, then the settle second and the poll
+    _assert_nothing_left(project, "crash on node 1 at 1.0 s (error after)", _elapsed(out))
+
+
+def test_node_1_never_joins(project: Project) -> None:
+    project.write(profile("hang1", project.mark, sim='startup_seconds = 2, fault = "hang", fault_node = 1',
+                          extra="stall_timeout = 3"), PASSING)
+    out, _ = project.run("hang1")
+    assert re.search(r"node 1 \(node2\) has logged nothing new for 3 s in phase initialising torch distributed; "
+                     r"rank 0 is waiting in initialising torch distributed", out), out
+    assert 3.0 <= _elapsed(out) < 3.0 + 2.0, out
+    _assert_nothing_left(project, "node 1 never joins, stall_timeout 3 s (error after)", _elapsed(out))
+
+
+def test_node_1_dies_mid_session(project: Project) -> None:
+    tests = f"""
+import os, signal, time, psutil
+import requests
+
+def test_first(sglang_server):
+    assert requests.get(sglang_server.url("/v1/models"), timeout=5).status_code == 200
+    for proc in psutil.process_iter():
+        try:
+            env, cmd = proc.environ(), " ".join(proc.cmdline())
+        except psutil.Error:
+            continue
+        if env.get("TEST_MARK") == "{project.mark}" and env.get("SLURM_NODEID") == "1" and \
+                cmd.endswith("--dist-init-addr " + cmd.rsplit(" ", 1)[-1]) and "sim.worker" not in cmd:
+            os.kill(proc.pid, signal.SIGKILL)
+    time.sleep(0.5)
+
+def test_second(sglang_server):
+    pass
+"""
+    project.write(profile("dies1", project.mark), tests)
+    out, took = project.run("dies1")
+    assert "1 passed" in out and "1 failed" in out, out
+    assert "node 1 (node2) died during the session" in out, out
+    _assert_nothing_left(project, "node 1 SIGKILLed mid-session (whole pytest run)", took)
+
+
+def test_pytest_sigkilled(project: Project) -> None:
+    project.write(profile("killed", project.mark), SLOW)
+    pytest_proc = project.start("killed")
+    try:
+        project.wait_logged("killed", 0, "fired up and ready to roll")
+        time.sleep(0.5)
+    finally:
+        pytest_proc.kill()
+        pytest_proc.wait()
+    began = time.monotonic()
+    procs, queue = project.left_behind()
+    took = time.monotonic() - began
+    assert procs == [] and queue == [], (procs, queue)
+    assert took < 15.0
+    _assert_nothing_left(project, "pytest SIGKILLed (all gone after)", took)
+
+
+def test_ctrl_c_during_startup(project: Project) -> None:
+    project.write(profile("ctrlc", project.mark, sim="startup_seconds = 30"), SLOW)
+    pytest_proc = project.start("ctrlc")
+    project.wait_logged("ctrlc", 1, "Load weight begin")
+    pytest_proc.send_signal(signal.SIGINT)
+    began = time.monotonic()
+    out, _ = pytest_proc.communicate(timeout=60)
+    took = time.monotonic() - began
+    assert took < 10.0, out
+    assert "KeyboardInterrupt" in out, out
+    _assert_nothing_left(project, "Ctrl-C during startup (pytest exited after)", took)
+
+
+def test_allocation_refused(project: Project) -> None:
+    project.write(profile("three", project.mark, slurm="nodes = 3"), PASSING)
+    out, took = project.run("three")
+    assert "SLURM did not give profile 'three' its 3 node(s)" in out, out
+    assert "(reason: PartitionConfig): srun: Requested partition configuration not available now" in out, out
+    assert took < 15.0, out
+    _assert_nothing_left(project, "allocation refused (whole pytest run)", took)
+
+
+def test_allocation_pending_too_long(project: Project) -> None:
+    blocker = subprocess.run(["sbatch", "--parsable", "-N2", "--job-name=blocker", "--output=/dev/null",
+                              "--wrap", "sleep 120"], capture_output=True, text=True, env=project.cluster.env(),
+                             check=True).stdout.strip()
+    try:
+        project.write(profile("pending", project.mark, slurm="nodes = 2, queue_timeout = 2"), PASSING)
+        out, took = project.run("pending")
+    finally:
+        subprocess.run(["scancel", blocker], env=project.cluster.env(), check=False)
+    assert re.search(r"SLURM kept job \d+ \(pytest-sglang-pending-\w+\) of profile 'pending' pending for 2 s "
+                     r"\(reason: (Resources|Priority|None)\); it has been cancelled", out), out
+    assert took < 15.0, out
+    _assert_nothing_left(project, "pending past queue_timeout 2 s (whole pytest run)", took)
+
+
+def test_each_task_fills_its_own_rank_port_and_head(project: Project) -> None:
+    from pytest_sglang.launch.slurm import NODE_TASK, TASK_NAME
+
+    out = subprocess.run(["srun", "-N2", "--ntasks-per-node=1", "-l", "bash", "-c", NODE_TASK, TASK_NAME, "5000,5001",
+                          "printf", "%s|", "{node_rank}", "{node_port}", "{head_host}", "{headless}", "$SLURM_NODEID"],
+                         capture_output=True, text=True, env=project.cluster.env(), timeout=30, check=True).stdout
+    assert sorted(line.strip() for line in out.splitlines()) == [
+        "0: 0|5000|127.0.0.1|$SLURM_NODEID|", "1: 1|5001|127.0.0.1|--headless|$SLURM_NODEID|"]
