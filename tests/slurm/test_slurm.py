@@ -5,6 +5,7 @@ either node and an empty queue."""
 from __future__ import annotations
 
 import re
+import shlex
 import signal
 import subprocess
 import time
@@ -161,3 +162,16 @@ def test_each_task_fills_its_own_rank_port_and_head(project: Project) -> None:
                          capture_output=True, text=True, env=project.cluster.env(), timeout=30, check=True).stdout
     assert sorted(line.strip() for line in out.splitlines()) == [
         "0: 0|5000|127.0.0.1|$SLURM_NODEID|", "1: 1|5001|127.0.0.1|--headless|$SLURM_NODEID|"]
+
+
+def test_inside_an_allocation_runs_a_step_of_it_and_leaves_the_job(project: Project) -> None:
+    project.write(profile("inside", project.mark), PASSING)
+    script = f"{shlex.join(project.argv('inside'))}; echo pytest-exit=$?; echo steps-left=$(squeue -h --steps " \
+             "--jobs=$SLURM_JOB_ID | wc -l); echo job-left=$(squeue -h --jobs=$SLURM_JOB_ID | wc -l)"
+    out = subprocess.run(["salloc", "-N2", "bash", "-c", script], cwd=project.path, capture_output=True, text=True,
+                         env=project.cluster.env(), timeout=90, check=False)
+    text = out.stdout + out.stderr
+    assert "pytest-exit=0" in text and "1 passed" in text, text
+    assert re.search(r"asking SLURM for 2 node\(s\) in job \d+", text), text
+    assert "steps-left=0" in text and "job-left=1" in text, text  # the step is gone; the user's job is the user's
+    _assert_nothing_left(project, "inside salloc (step ended, allocation given back by salloc)", 0.0)
