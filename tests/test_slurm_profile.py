@@ -86,9 +86,9 @@ def test_inside_an_allocation_the_step_runs_in_it(tmp_path: Path) -> None:
 def test_generic_gets_node_rank_nnodes_and_head_host(tmp_path: Path) -> None:
     _, splan = _plan(tmp_path, "[tool.pytest_sglang.profiles.two]\nkind = 'generic'\nslurm = { nodes = 3 }\n"
                                "command = ['{python}', 'serve.py', '--rank={node_rank}', '--world={nnodes}', "
-                               "'--master={head_host}', '--port={port}']\n")
+                               "'--master={head_host}:{dist_port}', '--port={port}']\n")
     server = splan.argv[splan.argv.index("pytest-sglang-node") + 2:]
-    assert server[1:] == ["serve.py", "--rank={node_rank}", "--world=3", "--master={head_host}",
+    assert server[1:] == ["serve.py", "--rank={node_rank}", "--world=3", f"--master={{head_host}}:{splan.dist_port}",
                           "--port={node_port}"]
     assert len(splan.ports) == len(set(splan.ports)) == 3
 

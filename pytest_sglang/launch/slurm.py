@@ -6,8 +6,9 @@ srun asks SLURM for a job of its own, named ``pytest-sglang-PROFILE-TOKEN``, and
 
 Each task's rank, port and the head node's address are only known on the node, so the task is a fixed bash
 script (NODE_TASK) that fills the placeholders ``{node_rank}``, ``{node_port}``, ``{head_host}`` and
-``{headless}`` from SLURM's own environment there. The server's argv travels as the script's arguments, never
-as one string for a shell, so nothing in it is quoted or expanded twice. SGLang's own recipe passes
+``{headless}`` from SLURM's own environment there (``{nnodes}`` and ``{dist_port}``, the rendezvous port on
+the head node, are the same on every node and filled in here). The server's argv travels as the script's
+arguments, never as one string for a shell, so nothing in it is quoted or expanded twice. SGLang's own recipe passes
 ``--node-rank "$SLURM_NODEID"`` on the srun line, where the batch shell expands it before srun runs and every
 node gets rank 0.
 
@@ -95,7 +96,8 @@ def plan_slurm(plan: LaunchPlan, token: str, environ: dict[str, str] | None = No
     # Each node its own port, free here (nodes that share one host must not collide; a cluster's rarely do).
     ports = (plan.port, *(free_port("127.0.0.1") for _ in range(spec.nodes - 1)))
     node_argv = [_per_node_port(part, plan.port) for part in plan.argv]
-    node_argv = [part.replace("{nnodes}", str(spec.nodes)) for part in node_argv]
+    node_argv = [part.replace("{nnodes}", str(spec.nodes)).replace("{dist_port}", str(dist_port))
+                 for part in node_argv]
     kind = "sglang" if plan.sim else plan.kind.name
     if kind == "sglang":
         node_argv += ["--nnodes", str(spec.nodes), "--node-rank", "{node_rank}",

@@ -101,6 +101,7 @@ class Wait:
     timeout_headline: Callable[[], str] | None = None  # default: "not ready within its startup timeout"
     timeout_hints: Callable[[], list[str]] = field(default=list)
     peers: Sequence[Peer] = ()  # the other nodes: each must be up too, and each one's crash or stall fails it
+    node: str | None = None  # "node 0 (node1)" where there are peers: rank 0's own failures name it too
 
     def record(self, outcome: str, now: float, **facts: object) -> StartupRecord:
         watcher = self.watcher
@@ -266,7 +267,8 @@ def _diagnosis(wait: Wait, code: int | None, peer: Peer | None = None) -> Diagno
 def _failure(wait: Wait, headline: str, code: int | None, peer: Peer | None = None) -> ServerStartupError:
     diagnosis = _diagnosis(wait, code, peer)
     return ServerStartupError(
-        headline, profile=wait.template.profile, log_path=peer.log_path if peer else wait.template.log_path,
+        _on_node(wait, headline) if peer is None else headline, profile=wait.template.profile,
+        log_path=peer.log_path if peer else wait.template.log_path,
         diagnosis=diagnosis,
         elapsed=time.monotonic() - wait.started_at, hints=wait.failure_hints(code, diagnosis), command=wait.command,
     )
@@ -286,8 +288,8 @@ def _timeout(wait: Wait) -> ServerStartupError:
 def _stalled(wait: Wait, quiet: float) -> ServerStartupError:
     phase = wait.watcher.phase_label if wait.watcher is not None else None
     return ServerStartupError(
-        f"no progress for {quiet:.0f} s in phase {phase or 'starting'} (stall_timeout {wait.stall_timeout:g} s: "
-        "no new log line, phase or progress in that time)",
+        _on_node(wait, f"no progress for {quiet:.0f} s in phase {phase or 'starting'} (stall_timeout "
+                       f"{wait.stall_timeout:g} s: no new log line, phase or progress in that time)"),
         profile=wait.template.profile, log_path=wait.template.log_path, diagnosis=_diagnosis(wait, None),
         elapsed=time.monotonic() - wait.started_at, command=wait.command,
         hints=["a server that is still working logs something (a phase, a progress bar) more often than this: "
@@ -295,6 +297,10 @@ def _stalled(wait: Wait, quiet: float) -> ServerStartupError:
                "if this phase is legitimately silent for longer, raise stall_timeout in the profile "
                "(startup_timeout stays the hard cap)"],
     )
+
+
+def _on_node(wait: Wait, headline: str) -> str:
+    return f"{wait.node}: {headline}" if wait.node else headline
 
 
 def _peer_stalled(wait: Wait, peer: Peer, quiet: float) -> ServerStartupError:

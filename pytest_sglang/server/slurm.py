@@ -86,7 +86,7 @@ def _wait_ready(plan: LaunchPlan, splan: SlurmPlan, step: SlurmStep, *, on_statu
     wait = startup_wait(plan, template=template, process=step, watcher=watcher, base_url=base_url(reach, plan.port),
                         command=[shlex.join(splan.argv)],
                         look_at=f"each node's log ({profile.name}.nodeN.log) and srun's ({splan.srun_log.name})")
-    wait = replace(wait, peers=peers, failure_hints=lambda code, d: [*failure_hints(plan, code, d),
+    wait = replace(wait, peers=peers, node=head.label, failure_hints=lambda code, d: [*failure_hints(plan, code, d),
                                                                      *_srun_hints(splan)])
     record = wait_for(wait, on_status=on_status, on_record=on_record)
     health = Probe(base_url(reach, plan.port), plan.health_path, plan.headers) if plan.health_path else None

@@ -4,13 +4,18 @@ either node and an empty queue."""
 
 from __future__ import annotations
 
+import json
+import os
 import re
 import shlex
 import signal
 import subprocess
 import time
+from pathlib import Path
 
-from conftest import Project, profile
+import pytest
+from helpers import REPO
+from slurmtools import Project, profile
 
 PASSING = """
 import requests
@@ -175,3 +180,54 @@ def test_inside_an_allocation_runs_a_step_of_it_and_leaves_the_job(project: Proj
     assert re.search(r"asking SLURM for 2 node\(s\) in job \d+", text), text
     assert "steps-left=0" in text and "job-left=1" in text, text  # the step is gone; the user's job is the user's
     _assert_nothing_left(project, "inside salloc (step ended, allocation given back by salloc)", 0.0)
+
+
+TORCHRUN = REPO / "benchmarks" / "tp_server" / "server.py"
+
+
+def _torch_python() -> str:
+    for var in ("PYTEST_SGLANG_VLLM_PYTHON", "PYTEST_SGLANG_SGLANG_PYTHON"):
+        python = os.environ.get(var, "")
+        if python and Path(python).is_file():
+            return python
+    pytest.skip("no interpreter with torch (PYTEST_SGLANG_VLLM_PYTHON or PYTEST_SGLANG_SGLANG_PYTHON): "
+                ".ci/install-servers.sh installs one")
+    raise AssertionError  # unreachable
+
+
+def _torchrun_profile(name: str, mark: str, python: str, model: Path, *extra: str) -> str:
+    command = [python, "-m", "torch.distributed.run", "--nnodes", "{nnodes}", "--node-rank", "{node_rank}",
+               "--master-addr", "{head_host}", "--master-port", "{dist_port}", "--nproc-per-node", "2",
+               str(TORCHRUN), "--model", "{model}", "--host", "{host}", "--port", "{port}", *extra]
+    return (f"[tool.pytest_sglang.profiles.{name}]\nkind = \"generic\"\nmodel = {json.dumps(str(model))}\n"
+            f"command = {json.dumps(command)}\nready_pattern = \"tp_server ready:\"\nstartup_timeout = 180\n"
+            f"shutdown_grace = 5\nslurm = {{ nodes = 2 }}\nenv = {{ TEST_MARK = \"{mark}\", PYTHONPATH = \"\" }}\n")
+
+
+def test_real_torchrun_ranks_on_both_nodes_serve_then_rank_3_on_node_1_fails_named(project: Project) -> None:
+    """A real multi-process server across the two nodes: torchrun with two gloo ranks on each (world 4);
+    benchmarks/tp_server needs every rank for each token. Then rank 3 (on node 1) raises in its warmup."""
+    python = _torch_python()
+    model = project.path / "tp-tiny"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({"vocab_size": 256, "hidden_size": 64}))
+    tests = """
+import requests
+
+def test_completes(sglang_server):
+    r = requests.post(sglang_server.url("/v1/completions"), json={"prompt": [1, 2, 3], "max_tokens": 8}, timeout=60)
+    assert r.status_code == 200, r.text
+    assert r.json()["usage"]["completion_tokens"] == 8
+"""
+    project.write(_torchrun_profile("tp4", project.mark, python, model)
+                  + _torchrun_profile("tp4fault", project.mark, python, model, "--fault", "exception",
+                                      "--fault-rank", "3"), tests)
+    out, took = project.run("tp4", timeout=240, sim=False)
+    assert "1 passed" in out, out
+    node1 = project.node_log("tp4", 1).read_text()
+    assert "[rank2]: Init torch distributed begin (backend gloo, world 4)" in node1, node1
+    _assert_nothing_left(project, "torchrun world 4 over 2 nodes (whole pytest run)", took)
+    out, took = project.run("tp4fault", timeout=240, sim=False)
+    assert "node 1 (node2) crashed" in out, out
+    assert "RuntimeError: injected fault on rank 3" in out, out
+    _assert_nothing_left(project, "torchrun rank 3 on node 1 raises (whole pytest run)", took)
