@@ -175,17 +175,7 @@ class _Verdicts:
         wait, process, watcher = self.wait, self.wait.process, self.wait.watcher
         code = process.poll() if process is not None else None
         if code is not None:
-            for w in [watcher, *(p.watcher for p in wait.peers)]:
-                if w is not None:
-                    w.poll(time.monotonic(), final=True)
-            culprit = _first_failing(wait.peers) or next(
-                (p for p in wait.peers if p.watcher.diagnosis().root_causes), None)
-            rank0_first = watcher is not None and watcher.failing_since is not None and (
-                culprit is None or culprit.watcher.failing_since is None
-                or watcher.failing_since <= culprit.watcher.failing_since)
-            if culprit is not None and not rank0_first:
-                return _failure(wait, f"{culprit.name} crashed and the server exited during startup", code, culprit)
-            return _failure(wait, "server exited during startup", code)
+            return _exited(wait, code)
         for peer in wait.peers:
             since = peer.watcher.failing_since
             if since is not None and now - since >= _settle_seconds(peer.watcher):
@@ -203,17 +193,22 @@ class _Verdicts:
         if now - wait.started_at > wait.timeout:
             return _timeout(wait)
         if watcher is not None and wait.stall_timeout is not None:
-            waiting = [peer for peer in wait.peers if not peer.up]
-            quiet = {id(peer): now - (peer.watcher.last_line_at or wait.started_at) for peer in waiting}
-            quiet[id(watcher)] = now - (watcher.last_line_at or wait.started_at)
-            if max(quiet.values()) >= wait.stall_timeout:
-                # The node that holds the others up is the one furthest behind (rank 0 waits in its init for
-                # the nodes that never joined); where rank 0 is as far, a silent peer is blamed before it.
-                behind = min(waiting, key=lambda p: (len(p.watcher.phases), -quiet[id(p)]), default=None)
-                if behind is not None and len(behind.watcher.phases) <= len(watcher.phases):
-                    return _peer_stalled(wait, behind, quiet[id(behind)])
-                return _stalled(wait, quiet[id(watcher)])
+            return self.stall(now, watcher, wait.stall_timeout)
         return None
+
+    def stall(self, now: float, watcher: LogWatcher, stall_timeout: float) -> ServerStartupError | None:
+        """A node that has logged nothing for stall_timeout. Of several silent nodes the one furthest behind is
+        named (rank 0 waits silently in its init for a node that never joined); where rank 0 is as far along,
+        a silent other node is named before it."""
+        waiting = [peer for peer in self.wait.peers if not peer.up]
+        quiet = {id(peer): now - (peer.watcher.last_line_at or self.wait.started_at) for peer in waiting}
+        quiet[id(watcher)] = now - (watcher.last_line_at or self.wait.started_at)
+        if max(quiet.values()) < stall_timeout:
+            return None
+        behind = min(waiting, key=lambda p: (len(p.watcher.phases), -quiet[id(p)]), default=None)
+        if behind is not None and len(behind.watcher.phases) <= len(watcher.phases):
+            return _peer_stalled(self.wait, behind, quiet[id(behind)])
+        return _stalled(self.wait, quiet[id(watcher)])
 
     def ready(self, now: float) -> float | None:
         wait, watcher, probe = self.wait, self.wait.watcher, self.wait.probe
@@ -233,7 +228,6 @@ class _Verdicts:
                 return time.monotonic() - wait.started_at
         return None
 
-
     def peers_up(self, now: float) -> bool:
         """Whether every other node's health server has answered 200 (each is asked at the probe pace)."""
         down = [peer for peer in self.wait.peers if not peer.up]
@@ -244,9 +238,21 @@ class _Verdicts:
         return all(peer.up for peer in self.wait.peers)
 
 
-def _first_failing(peers: Sequence[Peer]) -> Peer | None:
-    failing = [p for p in peers if p.watcher.failing_since is not None]
-    return min(failing, key=lambda p: p.watcher.failing_since or 0.0) if failing else None
+def _exited(wait: Wait, code: int) -> ServerStartupError:
+    """The process exited: named after the node whose log shows the first failure (rank 0 where it is first)."""
+    watcher = wait.watcher
+    for w in [watcher, *(p.watcher for p in wait.peers)]:
+        if w is not None:
+            w.poll(time.monotonic(), final=True)
+    failing = [p for p in wait.peers if p.watcher.failing_since is not None]
+    culprit = (min(failing, key=lambda p: p.watcher.failing_since or 0.0) if failing
+               else next((p for p in wait.peers if p.watcher.diagnosis().root_causes), None))
+    rank0_first = watcher is not None and watcher.failing_since is not None and (
+        culprit is None or culprit.watcher.failing_since is None
+        or watcher.failing_since <= culprit.watcher.failing_since)
+    if culprit is not None and not rank0_first:
+        return _failure(wait, f"{culprit.name} crashed and the server exited during startup", code, culprit)
+    return _failure(wait, "server exited during startup", code)
 
 
 def _settle_seconds(watcher: LogWatcher) -> float:

@@ -143,7 +143,9 @@ class SlurmLiveness(LaunchedLiveness):
         return super().death()
 
     def _node_death(self) -> ServerDiedError | None:
-        crashed = [p for p in self.peers if p.watcher.failing_since is not None]
+        # A node that logged a crash is dead once its health server is gone too (or srun saw it end, below).
+        crashed = [p for p in self.peers if p.watcher.failing_since is not None
+                   and (p.probe is None or not p.probe.ok(timeout=2.0))]
         if crashed:
             return self._peer_died(crashed[0], "logged a crash")
         code = self.process.poll()
@@ -152,7 +154,7 @@ class SlurmLiveness(LaunchedLiveness):
             node = self.nodes[failed[0]]
             if node.rank > 0:
                 return self._peer_died(self.peers[node.rank - 1], f"ended: {failed[2]}", code)
-            return self._with_node(self._died(f"{node.label} died during the session: {failed[2]}", code))
+            return self._with_srun(self._died(f"{node.label} died during the session: {failed[2]}", code))
         for peer in self.peers:
             if code is None and peer.probe is not None and not peer.probe.ok(timeout=2.0):
                 return self._peer_died(peer, f"stopped answering {peer.probe.url} ({peer.probe.last})")
@@ -167,10 +169,10 @@ class SlurmLiveness(LaunchedLiveness):
             hints=[*_srun_hints(self.process.splan),
                    "every later test that uses this server fails with this same error; the step has been cancelled"])
 
-    def _with_node(self, error: ServerDiedError) -> ServerDiedError:
-        error.hints.extend(_srun_hints(self.process.splan))
-        return type(error)(error.headline, profile=error.profile, log_path=error.log_path, diagnosis=error.diagnosis,
-                           elapsed=error.elapsed, hints=error.hints)
+    def _with_srun(self, error: ServerDiedError) -> ServerDiedError:
+        return ServerDiedError(error.headline, profile=error.profile, log_path=error.log_path,
+                               diagnosis=error.diagnosis, elapsed=error.elapsed,
+                               hints=[*error.hints, *_srun_hints(self.process.splan)])
 
     def close(self) -> None:
         stop_and_release(self.process, grace=self.shutdown_grace, profile=self.profile, host=self.host,
