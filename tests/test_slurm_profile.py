@@ -93,6 +93,15 @@ def test_generic_gets_node_rank_nnodes_and_head_host(tmp_path: Path) -> None:
     assert len(splan.ports) == len(set(splan.ports)) == 3
 
 
+def test_only_port_flags_become_the_nodes_own_port(tmp_path: Path) -> None:
+    _, splan = _plan(tmp_path, "[tool.pytest_sglang.profiles.two]\nkind = 'generic'\nport = 4096\n"
+                               "slurm = { nodes = 2 }\ncommand = ['{python}', 'serve.py', '--port', '{port}', "
+                               "'--max-tokens', '{port}', '--http-port={port}', '--size=4096']\n")
+    server = splan.argv[splan.argv.index("pytest-sglang-node") + 2:]
+    assert server[1:] == ["serve.py", "--port", "{node_port}", "--max-tokens", "4096", "--http-port={node_port}",
+                          "--size=4096"]
+
+
 def test_vllm_without_multinode_flags_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(ProfileError, match="has no multiprocessing multi-node flags .*upgrade vLLM"):
         _plan(tmp_path, f"[tool.pytest_sglang.profiles.two]\nkind = 'vllm'\npython = '{sys.executable}'\n"

@@ -95,7 +95,8 @@ def plan_slurm(plan: LaunchPlan, token: str, environ: dict[str, str] | None = No
     dist_port = free_port("127.0.0.1")
     # Each node its own port, free here (nodes that share one host must not collide; a cluster's rarely do).
     ports = (plan.port, *(free_port("127.0.0.1") for _ in range(spec.nodes - 1)))
-    node_argv = [_per_node_port(part, plan.port) for part in plan.argv]
+    node_argv = [_per_node_port(part, before, plan.port)
+                 for before, part in zip(["", *plan.argv[:-1]], plan.argv, strict=True)]
     node_argv = [part.replace("{nnodes}", str(spec.nodes)).replace("{dist_port}", str(dist_port))
                  for part in node_argv]
     kind = "sglang" if plan.sim else plan.kind.name
@@ -121,13 +122,14 @@ def plan_slurm(plan: LaunchPlan, token: str, environ: dict[str, str] | None = No
                      ports=ports)
 
 
-def _per_node_port(part: str, port: int) -> str:
-    """The profile's port, wherever plan_launch wrote it (``31000``, ``--port=31000``), as this node's own."""
-    text = str(port)
-    if part == text:
+def _per_node_port(part: str, before: str, port: int) -> str:
+    """The profile's port as this node's own, where plan_launch wrote it as a port flag's value (``--port
+    31000``, ``--port=31000``, a generic command's ``--http-port {port}``)."""
+    if part == str(port) and before.startswith("-") and before.endswith("port"):
         return "{node_port}"
-    if part.endswith("=" + text):
-        return part[: -len(text)] + "{node_port}"
+    flag, sep, value = part.partition("=")
+    if sep and value == str(port) and flag.startswith("-") and flag.endswith("port"):
+        return flag + "={node_port}"
     return part
 
 

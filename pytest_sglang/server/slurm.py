@@ -20,9 +20,6 @@ from pytest_sglang.errors import (
     ProfileError,
     ResourcesHeldWarning,
     ServerDiedError,
-    register_arg_secrets,
-    register_env_secrets,
-    register_secret,
 )
 from pytest_sglang.launch.logdir import open_log
 from pytest_sglang.launch.plan import LaunchPlan, base_url
@@ -46,10 +43,7 @@ def launch_slurm_server(plan: LaunchPlan, *, on_status: StatusCallback = ignore,
     profile = plan.profile
     if os.environ.get("PYTEST_XDIST_WORKER"):
         raise PluginError(f"[sglang {profile.name}] profile {profile.name!r} {NOT_SHARED}")
-    register_secret(profile.api_key)
-    register_env_secrets(profile.env)
-    register_env_secrets(os.environ)
-    register_arg_secrets(plan.argv)
+    plan.register_secrets()
 
     def say(text: str) -> None:
         on_status(f"[sglang {profile.name}] {text}")

@@ -231,3 +231,22 @@ def test_completes(sglang_server):
     assert "node 1 (node2) crashed" in out, out
     assert "RuntimeError: injected fault on rank 3" in out, out
     _assert_nothing_left(project, "torchrun rank 3 on node 1 raises (whole pytest run)", took)
+
+
+def test_pytest_sigkilled_inside_an_allocation_ends_the_step(project: Project) -> None:
+    project.write(profile("killin", project.mark), SLOW)
+    log = project.node_log("killin", 0)
+    script = (f"{shlex.join(project.argv('killin'))} >/dev/null 2>&1 & p=$!; "
+              f"for i in $(seq 300); do grep -q 'fired up' {shlex.quote(str(log))} 2>/dev/null && break; sleep 0.1; "
+              "done; echo steps-running=$(squeue -h --steps --jobs=$SLURM_JOB_ID -o %j | grep -c pytest-sglang); "
+              "kill -9 $p; t=$(date +%s.%N); for i in $(seq 150); do "
+              "[ $(squeue -h --steps --jobs=$SLURM_JOB_ID -o %j | grep -c pytest-sglang) = 0 ] && break; "
+              "sleep 0.1; done; "
+              "echo step-gone-after=$(echo \"$(date +%s.%N) - $t\" | bc)")
+    out = subprocess.run(["salloc", "-N2", "bash", "-c", script], cwd=project.path, capture_output=True, text=True,
+                         env=project.cluster.env(), timeout=90, check=False)
+    text = out.stdout + out.stderr
+    assert "steps-running=1" in text, text
+    gone = re.search(r"step-gone-after=([\d.]+)", text)
+    assert gone and float(gone.group(1)) < 15.0, text
+    _assert_nothing_left(project, "pytest SIGKILLed inside salloc (step gone after)", float(gone.group(1)))
