@@ -310,8 +310,9 @@ def _as_raw(profile: Profile) -> dict[str, Any]:
             continue
         value = getattr(profile, key)
         if value != getattr(defaults, key):
-            raw[key] = list(value) if isinstance(value, tuple) else value.as_raw() if isinstance(value, SlurmSpec) \
-                else value
+            if isinstance(value, SlurmSpec):
+                value = value.as_raw()
+            raw[key] = list(value) if isinstance(value, tuple) else value
     return raw
 
 
