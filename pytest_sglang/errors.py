@@ -214,6 +214,11 @@ class RemoteError(PluginError):
     or the connection was lost. The message names the host and what to do."""
 
 
+class SlurmError(PluginError):
+    """A slurm profile could not get its nodes: no srun here, the allocation refused or pending too long, or
+    the nodes' addresses unreadable. The message says what SLURM said and what to do."""
+
+
 class _NamesRemoteLog(ServerError):
     """A server failure on an ssh host: the local copy of the log is the "Full log", the host's own is named."""
 

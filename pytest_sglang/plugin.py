@@ -141,6 +141,12 @@ class SGLangPlugin:
             self._log_dir = self.settings.make_log_dir()
         plan = plan_launch(profile, sim=self.settings.sim, log_dir=self._log_dir,
                            startup_timeout=self.settings.startup_timeout, sim_run=self.sim_run)
+        if profile.slurm:  # on a SLURM cluster's nodes: the slurm origin (server/slurm.py)
+            from pytest_sglang.server.slurm import NOT_SHARED, launch_slurm_server
+
+            if self.settings.reuse:
+                raise PluginError(f"[sglang {name}] --sglang-reuse: profile {name!r} {NOT_SHARED}")
+            return launch_slurm_server(plan, **callbacks)
         if profile.ssh:  # on another host: the remote origin (server/remote.py)
             from pytest_sglang.server.remote import launch_remote_server
 

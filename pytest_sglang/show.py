@@ -17,6 +17,7 @@ from pathlib import Path
 from pytest_sglang.config.profiles import Profile, load_profiles
 from pytest_sglang.errors import (
     SECRET_NAME,
+    PluginError,
     ProfileError,
     redact,
     register_arg_secrets,
@@ -96,7 +97,12 @@ def profile_lines(profile: Profile, settings: Settings) -> tuple[list[str], bool
     except ProfileError as exc:
         problems.append(str(exc))
     rows = [("kind", profile.kind + (" (the bundled simulator runs it: --sglang-sim)" if settings.sim else ""))]
-    if plan is not None:
+    if plan is not None and profile.slurm is not None:
+        try:
+            rows.append(("srun", _srun_line(plan)))
+        except PluginError as exc:
+            problems.append(str(exc))
+    elif plan is not None:
         rows.append(("command", shlex.join(plan.argv)))
         rows.append(("listens on", f"{plan.host}:{plan.port}" + (
             "" if profile.port else " (the port is an example: a free one is chosen at each launch)")))
@@ -118,6 +124,17 @@ def profile_lines(profile: Profile, settings: Settings) -> tuple[list[str], bool
     rows += [("problem", problem) for problem in problems]
     width = max(len(label) for label, _ in rows)
     return [f"profile {profile.name}"] + [f"  {label.ljust(width)}  {text}" for label, text in rows], not problems
+
+
+def _srun_line(plan: LaunchPlan) -> str:
+    """The srun step as it will run; each node fills {node_rank}, {node_port} and {head_host} in its own task."""
+    from pytest_sglang.launch.slurm import plan_slurm
+
+    splan = plan_slurm(plan, token="TOKEN".ljust(32, "0"))
+    where = f"a step in job {splan.inside_job}" if splan.inside_job else "a job of its own (SLURM_JOB_ID is unset)"
+    ports = ",".join(map(str, splan.ports))
+    return (f"{shlex.join(splan.argv)}  [{where}; node N listens on port N of {ports}, logs "
+            f"{splan.node_log(0).name} ... {splan.node_log(splan.spec.nodes - 1).name}]")
 
 
 def _readiness(plan: LaunchPlan) -> str:

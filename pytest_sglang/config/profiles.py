@@ -12,6 +12,7 @@ from difflib import get_close_matches
 from pathlib import Path
 from typing import Any
 
+from pytest_sglang.config.slurm import SlurmSpec, parse_slurm
 from pytest_sglang.errors import ProfileError
 from pytest_sglang.kinds import KINDS
 from pytest_sglang.sim.config import FAULTS, KNOB_ENV, KnobError, Knobs, load_knobs
@@ -45,6 +46,7 @@ _KEY_TYPES: dict[str, tuple[tuple[type, ...], str]] = {
     "ssh_options": ((list,), "a list of extra ssh client arguments, e.g. ['-p', '2222']"),
     "remote_log_dir": ((str,), "a folder on the ssh host for the server's log"),
     "gpus": ((list,), "a list of GPU indices such as [0] or [0, 1], exported as CUDA_VISIBLE_DEVICES"),
+    "slurm": ((dict,), "a table such as { nodes = 2, gpus_per_node = 8, partition = 'gpu', time = '02:00:00' }"),
 }
 SIM_KNOBS = frozenset(f.name for f in fields(Knobs))
 SIM_FAULTS = (None, *FAULTS)
@@ -75,6 +77,7 @@ class Profile:
     ssh_options: tuple[str, ...] = ()
     remote_log_dir: str | None = None  # default: a folder under the host's temp dir
     gpus: tuple[int, ...] | None = None  # exported as CUDA_VISIBLE_DEVICES (two A/B servers on their own GPUs)
+    slurm: SlurmSpec | None = None  # spread over nodes through one srun step (launch/slurm.py)
     unset: Mapping[str, str] = field(default_factory=dict, repr=False)  # key -> why its ${VAR} is unset
 
     @property
@@ -201,7 +204,7 @@ class _Loader:
             value = self.expand(name, key, value)
             if key == "args":
                 merged["args"] = [*merged.get("args", []), *value]
-            elif key in ("env", "sim"):
+            elif key in ("env", "sim", "slurm"):
                 merged[key] = {**merged.get(key, {}), **value}
             else:
                 merged[key] = value
@@ -276,6 +279,10 @@ class _Loader:
         if ssh is not None and (not ssh.strip() or ssh.startswith("-") or any(c.isspace() for c in ssh)):
             raise ProfileError(f"{self.where(name, 'ssh')}: {ssh!r} is not an ssh destination: give 'user@host' or "
                                "a Host alias (ssh options go in `ssh_options`).")
+        if ssh is not None and "slurm" in merged:
+            raise ProfileError(f"{self.where(name, 'slurm')}: a profile runs either on an ssh host or through SLURM; "
+                               "drop `ssh` (srun reaches the nodes) or `slurm`.")
+        slurm = parse_slurm(self.where(name), merged["slurm"]) if "slurm" in merged else None
         gpus = merged.get("gpus")
         if gpus is not None:
             if "CUDA_VISIBLE_DEVICES" in merged.get("env", {}):
@@ -318,6 +325,7 @@ class _Loader:
             ssh_options=tuple(str(o) for o in merged.get("ssh_options", ())),
             remote_log_dir=merged.get("remote_log_dir"),
             gpus=tuple(int(g) for g in gpus) if gpus is not None else None,
+            slurm=slurm,
             unset=dict(self.unset.get(name, {})),
         )
 
@@ -331,6 +339,8 @@ def _as_raw(profile: Profile) -> dict[str, Any]:
             continue
         value = getattr(profile, key)
         if value != getattr(defaults, key):
+            if isinstance(value, SlurmSpec):
+                value = value.as_raw()
             raw[key] = list(value) if isinstance(value, tuple) else value
     return raw
 

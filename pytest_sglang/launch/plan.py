@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pytest_sglang.config import KINDS, SGLANG, Kind, Profile
-from pytest_sglang.errors import ProfileError
+from pytest_sglang.errors import ProfileError, register_arg_secrets, register_env_secrets, register_secret
 from pytest_sglang.launch.ports import free_port, url_host
 from pytest_sglang.sim.drift import RUN_ENV
 
@@ -59,6 +59,13 @@ class LaunchPlan:
     @property
     def headers(self) -> dict[str, str]:
         return auth_headers(self.profile.api_key)
+
+    def register_secrets(self) -> None:
+        """Every secret this launch may print (its --api-key, secret-named variables), for redaction."""
+        register_secret(self.profile.api_key)
+        register_env_secrets(self.profile.env)
+        register_env_secrets(os.environ)
+        register_arg_secrets(self.argv)
 
 
 def plan_launch(profile: Profile, *, sim: bool, log_dir: Path, startup_timeout: float | None = None,

@@ -52,12 +52,15 @@ class ServerProcess:
         log_path: Path,
         reap_on_parent_death: bool = True,
         guardian_pid: int | None = None,
+        token: str | None = None,
+        reaper_scancel: Sequence[str] = (),
     ) -> None:
         """``guardian_pid``: the process whose death means nobody will tear this server down (default: this
-        one; under pytest-xdist, the controller that owns the shared server)."""
+        one; under pytest-xdist, the controller that owns the shared server). ``reaper_scancel``: scancel's
+        arguments that end this server's SLURM job, which the reaper runs too (launch/slurm.py)."""
         self.argv = list(argv)
         self.log_path = log_path
-        self.token = uuid.uuid4().hex
+        self.token = token or uuid.uuid4().hex
         # Truncate: a previous run's log in a reused --sglang-log-dir holds a ready line of its own. Private (0600):
         # servers log their arguments, an --api-key included.
         with open_log(log_path) as log:
@@ -77,7 +80,7 @@ class ServerProcess:
         if reap_on_parent_death:
             self._reaper = subprocess.Popen(
                 [sys.executable, "-m", "pytest_sglang.launch.reaper", str(guardian_pid or os.getpid()), str(self.pid),
-                 self.token],
+                 self.token, *reaper_scancel],
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,

@@ -6,7 +6,6 @@ returns with that origin's liveness strategy. Reuse across runs (reuse.py) build
 
 from __future__ import annotations
 
-import os
 import time
 from urllib.parse import urlsplit
 
@@ -15,8 +14,6 @@ from pytest_sglang.errors import (
     Diagnosis,
     ProfileError,
     ServerStartupError,
-    register_arg_secrets,
-    register_env_secrets,
     register_secret,
 )
 from pytest_sglang.launch.plan import LaunchPlan, auth_headers
@@ -40,10 +37,7 @@ def launch_server(plan: LaunchPlan, *, on_status: StatusCallback = ignore, on_re
     ``keep``: the server outlives the session (--sglang-reuse), so no reaper ties it to this pytest.
     ``guardian_pid``: the process the reaper watches instead of this one (the xdist controller)."""
     profile = plan.profile
-    register_secret(profile.api_key)
-    register_env_secrets(profile.env)
-    register_env_secrets(os.environ)
-    register_arg_secrets(plan.argv)
+    plan.register_secrets()
 
     def say(text: str) -> None:
         on_status(f"[sglang {profile.name}] {text}")
