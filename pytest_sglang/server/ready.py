@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Protocol
 
 import requests
 
@@ -28,10 +29,31 @@ STATUS_EVERY_SECONDS = 30.0
 
 StatusCallback = Callable[[str], None]
 RecordCallback = Callable[[StartupRecord], None]
+Clock = Callable[[], float]
+Sleep = Callable[[float], None]
 
 
 def ignore(_: object) -> None:
     """The callback of a caller that wants no status lines or records (benchmarks, scripts)."""
+
+
+class HealthCheck(Protocol):
+    """What the loop and a liveness check ask of a probe: :class:`Probe` over HTTP, or a test's own."""
+
+    last: str | None  # what it got last, for an error message
+
+    @property
+    def path(self) -> str: ...
+
+    @property
+    def url(self) -> str: ...
+
+    @property
+    def paths(self) -> tuple[str, ...]: ...
+
+    def ok(self, timeout: float = 2.0) -> bool: ...
+
+    def describe(self, now: float) -> str | None: ...
 
 
 class Probe:
@@ -40,7 +62,9 @@ class Probe:
     Given several paths, a 404 or 401 from one moves on to the next (a server version without that endpoint,
     a key the plugin does not know); the last path is kept whatever it answers."""
 
-    def __init__(self, base_url: str, paths: str | Sequence[str], headers: dict[str, str]) -> None:
+    def __init__(self, base_url: str, paths: str | Sequence[str], headers: dict[str, str],
+                 clock: Clock = time.monotonic) -> None:
+        self._clock = clock
         self._base = base_url.rstrip("/")
         self._paths = [paths] if isinstance(paths, str) else list(paths)
         self.headers = headers
@@ -85,7 +109,7 @@ class Probe:
 
     def _got(self, answer: str, status: int | None) -> None:
         if answer != self.last or self._same_since is None:
-            self._same_since = time.monotonic()
+            self._same_since = self._clock()
         self.last, self.last_status = answer, status
 
 
@@ -96,7 +120,7 @@ class Peer:
 
     name: str  # "node 1 (node2)": the node rank and its hostname
     watcher: LogWatcher
-    probe: Probe | None  # None: the node serves no HTTP (vLLM's --headless), its log and its process tell
+    probe: HealthCheck | None  # None: the node serves no HTTP (vLLM's --headless), its log and its process tell
     log_path: Path
     up: bool = False
 
@@ -109,7 +133,7 @@ class Wait:
     timeout: float  # the hard cap
     started_at: float
     stall_timeout: float | None = None  # fail early when the log has shown nothing new for this long
-    probe: Probe | None = None
+    probe: HealthCheck | None = None
     process: ProcessTree | None = None
     watcher: LogWatcher | None = None
     wait_for_line: bool = False  # the watcher's ready line must come before the probe
@@ -120,28 +144,35 @@ class Wait:
     peers: Sequence[Peer] = ()  # the other nodes: each must be up too, and each one's crash or stall fails it
     node: str | None = None  # "node 0 (node1)" where there are peers: rank 0's own failures name it too
 
+    @property
+    def starts_a_process(self) -> bool:
+        """This run started the server (here or on an ssh host): its record has startup seconds and phases."""
+        return self.process is not None
+
     def record(self, outcome: str, now: float, **facts: object) -> StartupRecord:
         watcher = self.watcher
         updates: dict[str, object] = {"outcome": outcome, "elapsed": now - self.started_at}
         if watcher is not None:
             updates["last_phase"] = watcher.phase_label
-            if self.template.origin == "launched":
+            if self.starts_a_process:
                 updates["phases"] = dict(watcher.phases)
         updates.update(facts)
         return replace(self.template, **updates)  # type: ignore[arg-type]
 
 
-def wait_for(wait: Wait, *, on_status: StatusCallback, on_record: RecordCallback) -> StartupRecord:
-    """Wait until ready and return the record; every outcome is handed to ``on_record`` exactly once."""
+def wait_for(wait: Wait, *, on_status: StatusCallback, on_record: RecordCallback, clock: Clock = time.monotonic,
+             sleep: Sleep = time.sleep) -> StartupRecord:
+    """Wait until ready and return the record; every outcome is handed to ``on_record`` exactly once.
+    ``clock`` and ``sleep``: what the loop reads the time from and waits with (a test steps a fake pair)."""
     if wait.watcher is not None and wait.probe is not None:
         wait.watcher.ignore_requests(wait.probe.paths)  # the probe's own access-log lines are not progress
     try:
-        seconds = _until_ready(wait, on_status)
+        seconds = _until_ready(wait, on_status, clock, sleep)
     except ServerStartupError as exc:
-        on_record(wait.record("failed", time.monotonic(), error=str(exc), cause=exc.cause))
+        on_record(wait.record("failed", clock(), error=str(exc), cause=exc.cause))
         raise
     except BaseException:  # Ctrl-C, or pytest-timeout cutting the wait
-        on_record(wait.record("interrupted", time.monotonic()))
+        on_record(wait.record("interrupted", clock()))
         raise
     finally:
         if wait.watcher is not None:
@@ -149,7 +180,7 @@ def wait_for(wait: Wait, *, on_status: StatusCallback, on_record: RecordCallback
     now = wait.started_at + seconds
     if wait.watcher is not None:
         wait.watcher.confirm_ready()
-    if wait.template.origin == "launched":
+    if wait.starts_a_process:
         record = wait.record("ready", now, startup_seconds=seconds)
         record = replace(record, phases={**record.phases, "ready": seconds})
     else:
@@ -158,13 +189,13 @@ def wait_for(wait: Wait, *, on_status: StatusCallback, on_record: RecordCallback
     return record
 
 
-def _until_ready(wait: Wait, on_status: StatusCallback) -> float:
+def _until_ready(wait: Wait, on_status: StatusCallback, clock: Clock, sleep: Sleep) -> float:
     """Seconds from the start to ready. Ready: the ready line was logged (where one is awaited), then the
     probe answered 200 (where there is one). Failure: see :class:`_Verdicts`."""
-    verdicts = _Verdicts(wait)
+    verdicts = _Verdicts(wait, clock)
     last_status, last_label = wait.started_at, None
     while True:
-        now = time.monotonic()
+        now = clock()
         if wait.watcher is not None:
             wait.watcher.poll(now)
         for peer in wait.peers:
@@ -179,60 +210,97 @@ def _until_ready(wait: Wait, on_status: StatusCallback) -> float:
         if watcher is not None and (watcher.phase_label != last_label or now - last_status >= STATUS_EVERY_SECONDS):
             on_status(f"[sglang {wait.template.profile}] {now - wait.started_at:.0f} s  {watcher.status(now)}")
             last_status, last_label = now, watcher.phase_label
-        time.sleep(POLL_SECONDS)
+        sleep(POLL_SECONDS)
 
 
 class _Verdicts:
     """What one poll of a startup concludes: failed (and how), ready, or neither yet.
 
-    Failure: the process exited; a traceback or fatal marker appeared while it is alive and no readiness
-    followed within the settle time; a process of its tree that the server needs (a scheduler) died; its log
-    showed nothing new for stall_timeout; or the startup timeout passed."""
+    Failure, the first of these conditions that holds, in this order: the process exited; another node's log
+    showed a failure that settled; this node's did while its process is alive and no readiness followed within
+    the settle time; a process of its tree that the server needs (a scheduler) died; the startup timeout
+    passed; a log showed nothing new for stall_timeout."""
 
-    def __init__(self, wait: Wait) -> None:
+    def __init__(self, wait: Wait, clock: Clock) -> None:
         self.wait = wait
+        self.clock = clock
         self.last_probe = -PROBE_EVERY_SECONDS
         self.member_died_at: float | None = None
         self.last_peer_probe = -PROBE_EVERY_SECONDS
+        self.conditions: tuple[Callable[[float], ServerStartupError | None], ...] = (
+            self.exited, self.peer_crashed, self.crashed, self.member_died, self.timed_out, self.stalled)
 
     def failure(self, now: float) -> ServerStartupError | None:
-        wait, process, watcher = self.wait, self.wait.process, self.wait.watcher
-        code = process.poll() if process is not None else None
-        if code is not None:
-            return _exited(wait, code)
-        for peer in wait.peers:
-            since = peer.watcher.failing_since
-            if since is not None and now - since >= _settle_seconds(peer.watcher):
-                return _failure(wait, f"{peer.name} crashed during startup (the server has been stopped on every "
-                                      "node)", None, peer)
-        failing_since = watcher.failing_since if watcher is not None else None
-        if watcher is not None and failing_since is not None and now - failing_since >= _settle_seconds(watcher):
-            return _failure(wait, "server crashed during startup (its process was still alive; the tree has been "
-                                  "killed)", None)
-        if process is not None and self.member_died_at is None and essential_death(process) is not None:
-            self.member_died_at = now
-        if self.member_died_at is not None and now - self.member_died_at >= CRASH_SETTLE_SECONDS:
-            return _failure(wait, "a process of the server's tree died during startup (the tree has been killed)",
-                            None)
-        if now - wait.started_at > wait.timeout:
-            return _timeout(wait)
-        if watcher is not None and wait.stall_timeout is not None:
-            return self.stall(now, watcher, wait.stall_timeout)
+        for condition in self.conditions:
+            error = condition(now)
+            if error is not None:
+                return error
         return None
 
-    def stall(self, now: float, watcher: LogWatcher, stall_timeout: float) -> ServerStartupError | None:
+    def exited(self, now: float) -> ServerStartupError | None:
+        """The process exited: named after the node whose log shows the first failure (rank 0 where it is
+        first)."""
+        wait = self.wait
+        code = wait.process.poll() if wait.process is not None else None
+        if code is None:
+            return None
+        for w in [wait.watcher, *(p.watcher for p in wait.peers)]:
+            if w is not None:
+                w.poll(now, final=True)
+        failing = [p for p in wait.peers if p.watcher.failing_since is not None]
+        culprit = (min(failing, key=lambda p: p.watcher.failing_since or 0.0) if failing
+                   else next((p for p in wait.peers if p.watcher.diagnosis().root_causes), None))
+        watcher = wait.watcher
+        rank0_first = watcher is not None and watcher.failing_since is not None and (
+            culprit is None or culprit.watcher.failing_since is None
+            or watcher.failing_since <= culprit.watcher.failing_since)
+        if culprit is not None and not rank0_first:
+            return _failure(wait, self.clock(), f"{culprit.name} crashed and the server exited during startup",
+                            code, culprit)
+        return _failure(wait, self.clock(), "server exited during startup", code)
+
+    def peer_crashed(self, now: float) -> ServerStartupError | None:
+        for peer in self.wait.peers:
+            if _settled(peer.watcher, now):
+                return _failure(self.wait, now, f"{peer.name} crashed during startup (the server has been stopped "
+                                                "on every node)", None, peer)
+        return None
+
+    def crashed(self, now: float) -> ServerStartupError | None:
+        watcher = self.wait.watcher
+        if watcher is None or not _settled(watcher, now):
+            return None
+        return _failure(self.wait, now, "server crashed during startup (its process was still alive; the tree has "
+                                        "been killed)", None)
+
+    def member_died(self, now: float) -> ServerStartupError | None:
+        process = self.wait.process
+        if process is not None and self.member_died_at is None and essential_death(process) is not None:
+            self.member_died_at = now
+        if self.member_died_at is None or now - self.member_died_at < CRASH_SETTLE_SECONDS:
+            return None
+        return _failure(self.wait, now, "a process of the server's tree died during startup (the tree has been "
+                                        "killed)", None)
+
+    def timed_out(self, now: float) -> ServerStartupError | None:
+        return _timeout(self.wait, now) if now - self.wait.started_at > self.wait.timeout else None
+
+    def stalled(self, now: float) -> ServerStartupError | None:
         """A node that has logged nothing for stall_timeout. Of several silent nodes the one furthest behind is
         named (rank 0 waits silently in its init for a node that never joined); where rank 0 is as far along,
         a silent other node is named before it."""
-        waiting = [peer for peer in self.wait.peers if not peer.up]
-        quiet = {id(peer): now - (peer.watcher.last_line_at or self.wait.started_at) for peer in waiting}
-        quiet[id(watcher)] = now - (watcher.last_line_at or self.wait.started_at)
-        if max(quiet.values()) < stall_timeout:
+        wait, watcher = self.wait, self.wait.watcher
+        if watcher is None or wait.stall_timeout is None:
+            return None
+        waiting = [peer for peer in wait.peers if not peer.up]
+        quiet = {id(peer): now - (peer.watcher.last_line_at or wait.started_at) for peer in waiting}
+        quiet[id(watcher)] = now - (watcher.last_line_at or wait.started_at)
+        if max(quiet.values()) < wait.stall_timeout:
             return None
         behind = min(waiting, key=lambda p: (len(p.watcher.phases), -quiet[id(p)]), default=None)
         if behind is not None and len(behind.watcher.phases) <= len(watcher.phases):
-            return _peer_stalled(self.wait, behind, quiet[id(behind)])
-        return _stalled(self.wait, quiet[id(watcher)])
+            return _peer_stalled(wait, now, behind, quiet[id(behind)])
+        return _stalled(wait, now, quiet[id(watcher)])
 
     def ready(self, now: float) -> float | None:
         wait, watcher, probe = self.wait, self.wait.watcher, self.wait.probe
@@ -249,7 +317,7 @@ class _Verdicts:
         if wait.wait_for_line or now - self.last_probe >= PROBE_EVERY_SECONDS:
             self.last_probe = now
             if probe.ok():
-                return time.monotonic() - wait.started_at
+                return self.clock() - wait.started_at
         return None
 
     def peers_up(self, now: float) -> bool:
@@ -262,21 +330,9 @@ class _Verdicts:
         return all(peer.up for peer in self.wait.peers)
 
 
-def _exited(wait: Wait, code: int) -> ServerStartupError:
-    """The process exited: named after the node whose log shows the first failure (rank 0 where it is first)."""
-    watcher = wait.watcher
-    for w in [watcher, *(p.watcher for p in wait.peers)]:
-        if w is not None:
-            w.poll(time.monotonic(), final=True)
-    failing = [p for p in wait.peers if p.watcher.failing_since is not None]
-    culprit = (min(failing, key=lambda p: p.watcher.failing_since or 0.0) if failing
-               else next((p for p in wait.peers if p.watcher.diagnosis().root_causes), None))
-    rank0_first = watcher is not None and watcher.failing_since is not None and (
-        culprit is None or culprit.watcher.failing_since is None
-        or watcher.failing_since <= culprit.watcher.failing_since)
-    if culprit is not None and not rank0_first:
-        return _failure(wait, f"{culprit.name} crashed and the server exited during startup", code, culprit)
-    return _failure(wait, "server exited during startup", code)
+def _settled(watcher: LogWatcher, now: float) -> bool:
+    """The log showed a failure long enough ago that it has played out."""
+    return watcher.failing_since is not None and now - watcher.failing_since >= _settle_seconds(watcher)
 
 
 def _settle_seconds(watcher: LogWatcher) -> float:
@@ -294,39 +350,39 @@ def _diagnosis(wait: Wait, code: int | None, peer: Peer | None = None) -> Diagno
     return diagnosis
 
 
-def _failure(wait: Wait, headline: str, code: int | None, peer: Peer | None = None) -> ServerStartupError:
+def _failure(wait: Wait, now: float, headline: str, code: int | None, peer: Peer | None = None) -> ServerStartupError:
     diagnosis = _diagnosis(wait, code, peer)
     return ServerStartupError(
         _on_node(wait, headline) if peer is None else headline, profile=wait.template.profile,
         log_path=peer.log_path if peer else wait.template.log_path,
         diagnosis=diagnosis,
-        elapsed=time.monotonic() - wait.started_at, hints=wait.failure_hints(code, diagnosis), command=wait.command,
+        elapsed=now - wait.started_at, hints=wait.failure_hints(code, diagnosis), command=wait.command,
     )
 
 
-def _timeout(wait: Wait) -> ServerStartupError:
+def _timeout(wait: Wait, now: float) -> ServerStartupError:
     if wait.timeout_headline is not None:
         headline = wait.timeout_headline()
     else:
         headline = f"server was not ready within its startup timeout of {wait.timeout:.0f} s"
-        probed = wait.probe.describe(time.monotonic()) if wait.probe is not None else None
+        probed = wait.probe.describe(now) if wait.probe is not None else None
         if probed:
             headline += f" ({probed})"
     return ServerStartupError(
         headline, profile=wait.template.profile, log_path=wait.template.log_path, diagnosis=_diagnosis(wait, None),
-        elapsed=time.monotonic() - wait.started_at, hints=wait.timeout_hints(), command=wait.command,
+        elapsed=now - wait.started_at, hints=wait.timeout_hints(), command=wait.command,
     )
 
 
-def _stalled(wait: Wait, quiet: float) -> ServerStartupError:
+def _stalled(wait: Wait, now: float, quiet: float) -> ServerStartupError:
     phase = wait.watcher.phase_label if wait.watcher is not None else None
-    probed = wait.probe.describe(time.monotonic()) if wait.probe is not None else None
+    probed = wait.probe.describe(now) if wait.probe is not None else None
     return ServerStartupError(
         _on_node(wait, f"no progress for {quiet:.0f} s in phase {phase or 'starting'} (stall_timeout "
                        f"{wait.stall_timeout:g} s: no new log line, phase or progress in that time"
                        + (f"; {probed}" if probed else "") + ")"),
         profile=wait.template.profile, log_path=wait.template.log_path, diagnosis=_diagnosis(wait, None),
-        elapsed=time.monotonic() - wait.started_at, command=wait.command,
+        elapsed=now - wait.started_at, command=wait.command,
         hints=[*([f"the server logged its ready line, but {probed}: check the profile's health_path"]
                  if probed and wait.watcher is not None and wait.watcher.ready_at is not None else []),
                "a server that is still working logs something (a phase, a progress bar) more often than this: "
@@ -340,13 +396,13 @@ def _on_node(wait: Wait, headline: str) -> str:
     return f"{wait.node}: {headline}" if wait.node else headline
 
 
-def _peer_stalled(wait: Wait, peer: Peer, quiet: float) -> ServerStartupError:
+def _peer_stalled(wait: Wait, now: float, peer: Peer, quiet: float) -> ServerStartupError:
     rank0 = wait.watcher.phase_label if wait.watcher is not None else None
     return ServerStartupError(
         f"{peer.name} has logged nothing new for {quiet:.0f} s in phase {peer.watcher.phase_label or 'starting'}; "
         f"rank 0 is waiting in {rank0 or 'starting'} (stall_timeout {wait.stall_timeout:g} s)",
         profile=wait.template.profile, log_path=peer.log_path, diagnosis=_diagnosis(wait, None, peer),
-        elapsed=time.monotonic() - wait.started_at, command=wait.command,
+        elapsed=now - wait.started_at, command=wait.command,
         hints=[f"{peer.name} never got past its phase while rank 0 waited for it: look at its log's last lines "
                "(the distributed init address and port reachable from it, its GPUs, its NCCL/gloo network)",
                "if this phase is legitimately silent for longer, raise stall_timeout in the profile"],
