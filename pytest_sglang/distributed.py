@@ -69,7 +69,8 @@ class ControllerRun:
         for data in sent["startups"]:
             record = StartupRecord.from_json(data)
             known = ledger.startups.get(record.profile)
-            if known is None or (not known.ready and record.ready):
+            # The worker that launched a shared server tells its startup; the others only joined it.
+            if known is None or (record.ready and (not known.ready or known.origin == "joined")):
                 ledger.add_startup(record)
         ledger.notes.extend(n for n in sent["notes"] if n not in ledger.notes)
         self.reports.append(sent["report"])

@@ -17,7 +17,7 @@ import requests
 
 from pytest_sglang import distributed
 from pytest_sglang.config.profiles import ProfileSet, load_profiles
-from pytest_sglang.errors import PluginError, PortInUseError, ServerDiedError
+from pytest_sglang.errors import PluginError, ServerDiedError
 from pytest_sglang.measure import Measurements
 from pytest_sglang.nodes import fail_with
 from pytest_sglang.session import SessionLedger
@@ -25,6 +25,8 @@ from pytest_sglang.settings import Settings, add_options
 from pytest_sglang.sim.drift import SimRun
 
 if TYPE_CHECKING:
+    from pytest_sglang.config import Profile
+    from pytest_sglang.launch.plan import LaunchPlan
     from pytest_sglang.server import ServerHandle, StartupRecord
 
 pytest_plugins = ("pytest_sglang.fixtures",)
@@ -125,44 +127,21 @@ class SGLangPlugin:
     # Servers.
 
     def open_server(self, param: str) -> ServerHandle:
-        from pytest_sglang.launch.plan import plan_launch
-        from pytest_sglang.server import KeptServers, attach_server, launch_server
-        from pytest_sglang.server.origins import attach_health_path
+        from pytest_sglang.server.source import Asked, Origins, open_server
 
         profile = self.profiles().select([param])[0] if param != URL_PARAM else None
-        name = profile.name if profile else param
-        callbacks: dict[str, Any] = {"on_status": self.status, "on_record": self.ledger.add_startup}
-        if self.settings.url:
-            return attach_server(self.settings.url, profile=name, kind=profile.kind if profile else "sglang",
-                                 health_path=attach_health_path(profile),
-                                 api_key=profile.api_key if profile else None, **callbacks)
-        assert profile is not None
+        asked = Asked(url=self.settings.url, reuse=self.settings.reuse, xdist=self.shared is not None)
+        origins = Origins(shared=self.shared, rootdir=self.settings.rootdir, plan=self.plan, on_status=self.status,
+                          on_record=self.ledger.add_startup, on_kept=self.ledger.kept.append)
+        return open_server(profile, asked, origins, name=profile.name if profile else param)
+
+    def plan(self, profile: Profile) -> LaunchPlan:
+        from pytest_sglang.launch.plan import plan_launch
+
         if self._log_dir is None:
             self._log_dir = self.settings.make_log_dir()
-        plan = plan_launch(profile, sim=self.settings.sim, log_dir=self._log_dir,
+        return plan_launch(profile, sim=self.settings.sim, log_dir=self._log_dir,
                            startup_timeout=self.settings.startup_timeout, sim_run=self.sim_run)
-        if profile.slurm:  # on a SLURM cluster's nodes: the slurm origin (server/slurm.py)
-            from pytest_sglang.server.slurm import NOT_SHARED, launch_slurm_server
-
-            if self.settings.reuse:
-                raise PluginError(f"[sglang {name}] --sglang-reuse: profile {name!r} {NOT_SHARED}")
-            return launch_slurm_server(plan, **callbacks)
-        if profile.ssh:  # on another host: the remote origin (server/remote.py)
-            from pytest_sglang.server.remote import launch_remote_server
-
-            self.status(f"[sglang {name}] launching on {profile.ssh} over ssh: log copied to {plan.log_path}")
-            return launch_remote_server(plan, **callbacks)
-        if self.shared is not None:
-            return self.shared.open(plan, **callbacks)
-        if self.settings.reuse:
-            handle = KeptServers(self.settings.rootdir).open(plan, **callbacks)
-            self.ledger.kept.append(f"{name}: pid {handle.pid} on port {handle.port}")
-            return handle
-        self.status(f"[sglang {name}] launching: log {plan.log_path}")
-        try:
-            return launch_server(plan, **callbacks)
-        except PortInUseError as exc:
-            raise KeptServers(self.settings.rootdir).busy_error(plan.port) or exc from None
 
     def status(self, text: str) -> None:
         """A live line during a long startup, shown even while output is captured."""

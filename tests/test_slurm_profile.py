@@ -132,20 +132,19 @@ def test_reuse_is_a_clear_error(pytester: pytest.Pytester) -> None:
     pytester.makepyfile("def test_it(sglang_server):\n    pass\n")
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--sglang-sim", "--sglang-profile=two",
                                            "--sglang-reuse", timeout=60)
-    result.stdout.fnmatch_lines(["*--sglang-reuse: profile 'two' runs through SLURM, and SLURM servers are not "
-                                 "shared by pytest-xdist workers or kept by --sglang-reuse yet*"])
+    result.stdout.fnmatch_lines(["*--sglang-reuse: profile 'two' runs through SLURM, and such servers are not kept "
+                                 "across runs yet: drop --sglang-reuse for it*"])
 
 
 def test_xdist_worker_and_missing_srun_are_clear_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from pytest_sglang.errors import PluginError, SlurmError
     from pytest_sglang.server.slurm import launch_slurm_server
+    from pytest_sglang.server.source import Asked, server_source
 
     profile = _load(tmp_path, "[tool.pytest_sglang.profiles.two]\nslurm = { nodes = 2 }\n")
     plan = plan_launch(profile, sim=True, log_dir=tmp_path / "logs")
-    monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw0")
     with pytest.raises(PluginError, match="Run its tests with -n 0"):
-        launch_slurm_server(plan)
-    monkeypatch.delenv("PYTEST_XDIST_WORKER")
+        server_source(profile, Asked(xdist=True))
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(SlurmError, match="this machine has no srun on its PATH"):
         launch_slurm_server(plan)

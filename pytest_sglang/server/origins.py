@@ -7,6 +7,7 @@ returns with that origin's liveness strategy. Reuse across runs (reuse.py) build
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from pytest_sglang.config import Profile
@@ -20,7 +21,13 @@ from pytest_sglang.launch.plan import LaunchPlan, auth_headers
 from pytest_sglang.launch.ports import check_port_free
 from pytest_sglang.launch.process import ProcessTree, ServerProcess
 from pytest_sglang.launch.release import stop_and_release, wait_for_dying_holder
-from pytest_sglang.server.handle import FAILURE_GRACE_SECONDS, AttachedLiveness, LaunchedLiveness, ServerHandle
+from pytest_sglang.server.handle import (
+    FAILURE_GRACE_SECONDS,
+    AttachedLiveness,
+    LaunchedLiveness,
+    Liveness,
+    ServerHandle,
+)
 from pytest_sglang.server.ready import Probe, RecordCallback, StatusCallback, Wait, ignore, wait_for
 from pytest_sglang.server.record import StartupRecord
 from pytest_sglang.watch import LogTail, LogWatcher
@@ -30,8 +37,29 @@ ATTACH_HEALTH_PATH = "/health"
 SERVER_MODULES = {"sglang": "sglang", "vllm": "vllm"}
 
 
+@dataclass(frozen=True)
+class LaunchedServer:
+    """A server :func:`start_server` started and saw ready, before it becomes a handle: its liveness typed as a
+    launched one, for a caller that keeps its process (--sglang-reuse) or shares it (an xdist worker)."""
+
+    record: StartupRecord
+    liveness: LaunchedLiveness
+    api_key: str | None
+
+    def handle(self, liveness: Liveness | None = None) -> ServerHandle:
+        """The handle tests get; ``liveness``: one that wraps this server's own (an xdist worker's)."""
+        return ServerHandle(self.record, liveness or self.liveness, api_key=self.api_key)
+
+
 def launch_server(plan: LaunchPlan, *, on_status: StatusCallback = ignore, on_record: RecordCallback = ignore,
-                  reap: bool = True, keep: bool = False, guardian_pid: int | None = None) -> ServerHandle:
+                  reap: bool = True) -> ServerHandle:
+    """Launch the planned server for this session and return once it is ready; on any failure nothing is left
+    running."""
+    return start_server(plan, on_status=on_status, on_record=on_record, reap=reap).handle()
+
+
+def start_server(plan: LaunchPlan, *, on_status: StatusCallback = ignore, on_record: RecordCallback = ignore,
+                 reap: bool = True, keep: bool = False, guardian_pid: int | None = None) -> LaunchedServer:
     """Launch the planned server and return once it is ready; on any failure nothing is left running.
 
     ``keep``: the server outlives the session (--sglang-reuse), so no reaper ties it to this pytest.
@@ -69,7 +97,7 @@ def launch_server(plan: LaunchPlan, *, on_status: StatusCallback = ignore, on_re
     liveness = LaunchedLiveness(profile=profile.name, process=process, watcher=watcher, health=health,
                                 log_path=plan.log_path, host=plan.host, port=plan.port,
                                 shutdown_grace=profile.shutdown_grace, keep=keep, on_status=say)
-    return ServerHandle(record, liveness, api_key=profile.api_key)
+    return LaunchedServer(record, liveness, profile.api_key)
 
 
 def startup_wait(plan: LaunchPlan, *, template: StartupRecord, process: ProcessTree, watcher: LogWatcher,

@@ -1,7 +1,8 @@
 """The startup record: what one server's startup was, made once where readiness is decided.
 
-One frozen record per startup, whatever its outcome (ready, failed, interrupted) and origin (launched, attached
-to with --sglang-url, reused from an earlier run). The handle, the terminal summary, the JSON report, junitxml
+One frozen record per startup, whatever its outcome (ready, failed, interrupted) and origin (launched here,
+attached to with --sglang-url, reused from an earlier run, launched on an ssh host or across SLURM nodes, or
+joined: launched by another pytest-xdist worker of the run). The handle, the terminal summary, the JSON report, junitxml
 and the reuse store all read this one type; nothing copies its fields into another record.
 """
 
@@ -12,7 +13,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
-Origin = Literal["launched", "attached", "reused"]
+Origin = Literal["launched", "attached", "reused", "ssh", "slurm", "joined"]
 Outcome = Literal["ready", "failed", "interrupted"]
 
 
@@ -54,6 +55,10 @@ class StartupRecord:
         """This record, as seen by a later run that attaches to the kept server."""
         return replace(self, origin="reused")
 
+    def joined(self) -> StartupRecord:
+        """This record, as another xdist worker of the run sees the server one worker launched."""
+        return replace(self, origin="joined")
+
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
         data["phases"] = dict(self.phases)
@@ -83,12 +88,14 @@ class StartupRecord:
                 f" (log: {self.log_path})" if self.log_path else "")
         if self.origin == "attached":
             return f"{name}: attached to a running server at http://{self.host}:{self.port} (startup not measured)"
-        if self.origin == "reused":
-            return (f"{name}: reused the kept server, pid {self.pid} on port {self.port} (it started in "
+        if self.origin in ("reused", "joined"):
+            whose = "reused the kept server" if self.origin == "reused" else "joined another xdist worker's server"
+            return (f"{name}: {whose}, pid {self.pid} on port {self.port} (it started in "
                     f"{self.startup_seconds or 0.0:.1f} s)")
         steps = []
         previous_name, previous_at = "launch", 0.0
         for phase, at in sorted(self.phases.items(), key=lambda kv: kv[1]):
             steps.append(f"{previous_name} {at - previous_at:.1f}s")
             previous_name, previous_at = phase, at
-        return f"{name}: ready in {self.startup_seconds or 0.0:.1f} s  [" + " | ".join(steps) + "]"
+        where = {"ssh": f" on {self.host} over ssh", "slurm": " across SLURM nodes"}.get(self.origin, "")
+        return f"{name}: ready{where} in {self.startup_seconds or 0.0:.1f} s  [" + " | ".join(steps) + "]"

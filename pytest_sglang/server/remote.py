@@ -14,7 +14,6 @@ from typing import Any
 
 from pytest_sglang.baseline.machine import Machine, name_machine, parse_gpus
 from pytest_sglang.errors import (
-    PluginError,
     RemoteDiedError,
     RemoteStartupError,
     ServerDiedError,
@@ -37,10 +36,6 @@ def launch_remote_server(plan: LaunchPlan, *, on_status: StatusCallback = ignore
     """Launch the planned server on its profile's ssh host and return once it is ready; on any failure nothing
     is left running there."""
     profile = plan.profile
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        raise PluginError(f"[sglang {profile.name}] profile {profile.name!r} runs on {profile.ssh} over ssh, and "
-                          "ssh servers are not shared by pytest-xdist workers yet: each worker would launch its own "
-                          "copy there. Run its tests with -n 0.")
     plan.register_secrets()
     rplan = plan_remote(plan)
     remote = RemoteServer(rplan, heartbeat_timeout=float(os.environ.get(HEARTBEAT_TIMEOUT_ENV) or HEARTBEAT_TIMEOUT))
@@ -51,7 +46,7 @@ def launch_remote_server(plan: LaunchPlan, *, on_status: StatusCallback = ignore
     watcher = LogWatcher(plan.kind, ready_pattern=plan.ready_pattern, started_at=remote.started_at,
                          tail=LogTail(plan.log_path))
     command = rplan.display(remote.remote_log)
-    template = StartupRecord(profile=profile.name, kind=plan.kind.name, origin="launched", outcome="ready",
+    template = StartupRecord(profile=profile.name, kind=plan.kind.name, origin="ssh", outcome="ready",
                              host=rplan.reach_host, port=rplan.reach_port, model=profile.model, log_path=plan.log_path)
 
     def lost_during_startup(detail: str) -> Exception:

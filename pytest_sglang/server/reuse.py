@@ -21,8 +21,8 @@ from pytest_sglang.errors import PortInUseError, ServerStartupError
 from pytest_sglang.launch.logdir import state_dir
 from pytest_sglang.launch.plan import LaunchPlan, base_url
 from pytest_sglang.launch.release import kill_and_release
-from pytest_sglang.server.handle import KeptLiveness, LaunchedLiveness, ServerHandle
-from pytest_sglang.server.origins import launch_server
+from pytest_sglang.server.handle import KeptLiveness, ServerHandle
+from pytest_sglang.server.origins import start_server
 from pytest_sglang.server.ready import Probe, RecordCallback, StatusCallback, Wait, ignore, wait_for
 from pytest_sglang.server.record import StartupRecord
 
@@ -63,11 +63,10 @@ class KeptServers:
                       "launching anew")
             self._stop(kept)
         on_status(f"[sglang {name}] launching (kept for reuse): log {plan.log_path}")
-        handle = launch_server(plan, on_status=on_status, on_record=on_record, keep=True)
-        assert isinstance(handle.liveness, LaunchedLiveness)
-        process = handle.liveness.process
-        self._save(KeptServer(plan.fingerprint, process.pid, process.token, handle.record))
-        return handle
+        server = start_server(plan, on_status=on_status, on_record=on_record, keep=True)
+        process = server.liveness.process
+        self._save(KeptServer(plan.fingerprint, process.pid, process.token, server.record))
+        return server.handle()
 
     def kept(self) -> list[KeptServer]:
         if not self.folder.is_dir():

@@ -33,7 +33,7 @@ from pytest_sglang.errors import Diagnosis, PluginError, ServerDiedError
 from pytest_sglang.launch.plan import LaunchPlan, base_url
 from pytest_sglang.launch.release import kill_and_release
 from pytest_sglang.server.handle import LaunchedLiveness, LoggedCrashes, ServerHandle
-from pytest_sglang.server.origins import launch_server
+from pytest_sglang.server.origins import start_server
 from pytest_sglang.server.ready import Probe, RecordCallback, StatusCallback
 from pytest_sglang.server.record import StartupRecord
 from pytest_sglang.watch import LogTail, LogWatcher
@@ -151,18 +151,16 @@ class SharedServers:
             on_record(record)
 
         try:
-            handle = launch_server(plan, on_status=on_status, on_record=remember, keep=True,
-                                   guardian_pid=self.controller_pid)
+            server = start_server(plan, on_status=on_status, on_record=remember, keep=True,
+                                  guardian_pid=self.controller_pid)
         except PluginError as exc:
             if records:
                 self._save(SharedState(plan.profile.name, "failed", records[-1]))
             raise exc from None
-        assert isinstance(handle.liveness, LaunchedLiveness)
-        process = handle.liveness.process
-        self._save(SharedState(plan.profile.name, "ready", handle.record, process.pid, process.token,
+        process = server.liveness.process
+        self._save(SharedState(plan.profile.name, "ready", server.record, process.pid, process.token,
                                plan.profile.shutdown_grace, [os.getpid()]))
-        handle.liveness = WorkerLiveness(self, handle.liveness)
-        return handle
+        return server.handle(WorkerLiveness(self, server.liveness))
 
     def _join(self, state: SharedState, plan: LaunchPlan, on_record: RecordCallback) -> ServerHandle:
         if state.status != "ready":
@@ -171,7 +169,7 @@ class SharedServers:
                                                     "another xdist worker")
         state.users.append(os.getpid())
         self._save(state)
-        record = state.record
+        record = state.record.joined()
         on_record(record)
         watcher = LogWatcher(plan.kind, ready_pattern=plan.ready_pattern, started_at=time.monotonic(),
                              tail=LogTail(record.log_path)) if record.log_path else None

@@ -8,7 +8,6 @@ SlurmStep, srun here and its tasks on the nodes) and the liveness, which names t
 
 from __future__ import annotations
 
-import os
 import shlex
 import time
 import uuid
@@ -16,7 +15,6 @@ import warnings
 from dataclasses import dataclass, field, replace
 
 from pytest_sglang.errors import (
-    PluginError,
     ProfileError,
     ResourcesHeldWarning,
     ServerDiedError,
@@ -32,17 +30,11 @@ from pytest_sglang.server.record import StartupRecord
 from pytest_sglang.watch import LogTail, LogWatcher
 
 PEER_HEALTH_PATH = "/health"  # SGLang's ranks >= 1 serve this alone, on their own --port
-NOT_SHARED = ("runs through SLURM, and SLURM servers are not shared by pytest-xdist workers or kept by --sglang-reuse "
-              "yet: each worker would ask for its own nodes. Run its tests with -n 0 and without --sglang-reuse.")
-
-
 def launch_slurm_server(plan: LaunchPlan, *, on_status: StatusCallback = ignore,
                         on_record: RecordCallback = ignore) -> ServerHandle:
     """Launch the planned server on its profile's SLURM nodes and return once every node is ready; on any
     failure the step (and the job srun made) is cancelled and gone from the queue."""
     profile = plan.profile
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        raise PluginError(f"[sglang {profile.name}] profile {profile.name!r} {NOT_SHARED}")
     plan.register_secrets()
 
     def say(text: str) -> None:
@@ -74,7 +66,7 @@ def _wait_ready(plan: LaunchPlan, splan: SlurmPlan, step: SlurmStep, *, on_statu
     watcher = LogWatcher(plan.kind, ready_pattern=plan.ready_pattern, started_at=step.started_at,
                          tail=LogTail(splan.node_log(0)))
     peers = [_peer(plan, splan, step, node) for node in step.nodes[1:]]
-    template = StartupRecord(profile=profile.name, kind=plan.kind.name, origin="launched", outcome="ready",
+    template = StartupRecord(profile=profile.name, kind=plan.kind.name, origin="slurm", outcome="ready",
                              host=reach, port=plan.port, model=profile.model, log_path=splan.node_log(0),
                              pid=step.pid)
     wait = startup_wait(plan, template=template, process=step, watcher=watcher, base_url=base_url(reach, plan.port),
