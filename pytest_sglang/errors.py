@@ -12,6 +12,11 @@ _SECRETS: set[str] = set()
 SECRET_NAME = re.compile(r"TOKEN|API_KEY|SECRET|PASSWORD", re.IGNORECASE)
 
 
+def auth_headers(api_key: str | None) -> dict[str, str]:
+    """The only place the API key goes: an ``Authorization`` header, never a message or a repr."""
+    return {"Authorization": f"Bearer {api_key}"} if api_key else {}
+
+
 def register_secret(value: str | None) -> None:
     """Remember a value that must never be shown (an --api-key, a *_TOKEN variable)."""
     if value and len(value) >= 4:

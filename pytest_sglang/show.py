@@ -20,12 +20,16 @@ from pytest_sglang.errors import (
     PluginError,
     ProfileError,
     redact,
-    register_arg_secrets,
     register_env_secrets,
-    register_secret,
 )
 from pytest_sglang.launch.logdir import state_dir
-from pytest_sglang.launch.plan import NOT_NEEDED_BY_SIM, LaunchPlan, launch_problems, plan_launch
+from pytest_sglang.launch.plan import (
+    NOT_NEEDED_BY_SIM,
+    LaunchPlan,
+    launch_problems,
+    plan_launch,
+    register_profile_secrets,
+)
 from pytest_sglang.settings import Settings
 
 USAGE_ERROR = 4  # pytest.ExitCode.USAGE_ERROR
@@ -67,13 +71,13 @@ def show_profiles(settings: Settings, write: Callable[[str], None]) -> int:
 
 def _show_attached(url: str, profile: Profile | None, write: Callable[[str], None]) -> int:
     """Under --sglang-url no profile is launched: what the run attaches to, and what it asks that server."""
-    from pytest_sglang.server.origins import ATTACH_TIMEOUT_SECONDS, attach_health_path
+    from pytest_sglang.server.origins import ATTACH_TIMEOUT_SECONDS, attach_readiness
 
-    path = attach_health_path(profile)
+    readiness = attach_readiness(profile)
     write(f"{PREFIX} --sglang-url={redact(url)}: nothing is launched or stopped; the tests use the server there")
     rows = [("kind", profile.kind if profile else "sglang (no --sglang-profile: the default kind)"),
-            ("ready when", f"GET {path} answers 200 within {ATTACH_TIMEOUT_SECONDS:g} s"),
-            ("alive while", f"GET {path} answers 200")]
+            ("ready when", f"{readiness.describe()} within {ATTACH_TIMEOUT_SECONDS:g} s"),
+            ("alive while", readiness.describe())]
     width = max(len(label) for label, _ in rows)
     write(f"profile {profile.name if profile else 'url'}")
     for label, text in rows:
@@ -83,9 +87,7 @@ def _show_attached(url: str, profile: Profile | None, write: Callable[[str], Non
 
 def profile_lines(profile: Profile, settings: Settings) -> tuple[list[str], bool]:
     """The lines that show one profile, and whether it can be launched as it stands."""
-    register_secret(profile.api_key)
-    register_env_secrets(profile.env)
-    register_arg_secrets([*profile.args, *(profile.command or ())])
+    register_profile_secrets(profile)
     problems = [message for key, message in profile.unset.items() if not (settings.sim and key in NOT_NEEDED_BY_SIM)]
     log_dir = Path(settings.log_dir_option).resolve() if settings.log_dir_option else None
     plan: LaunchPlan | None = None
@@ -114,7 +116,7 @@ def profile_lines(profile: Profile, settings: Settings) -> tuple[list[str], bool
     knobs = " ".join(f"{k}={v!r}" for k, v in profile.sim.items()) or "(defaults)"
     rows.append(("sim knobs", knobs + ("" if settings.sim else " (used only with --sglang-sim)")))
     if plan is not None:
-        rows.append(("ready when", _readiness(plan)))
+        rows.append(("ready when", plan.readiness.describe()))
         rows.append(("alive while", f"GET {plan.health_path} answers 200" if plan.health_path
                      else "its process runs"))
         rows.append(("timeouts", f"startup {plan.startup_timeout:g} s (the hard cap), stall {plan.stall_timeout:g} s "
@@ -135,13 +137,6 @@ def _srun_line(plan: LaunchPlan) -> str:
     ports = ",".join(map(str, splan.ports))
     return (f"{shlex.join(splan.argv)}  [{where}; node N listens on port N of {ports}, logs "
             f"{splan.node_log(0).name} ... {splan.node_log(splan.spec.nodes - 1).name}]")
-
-
-def _readiness(plan: LaunchPlan) -> str:
-    if plan.ready_pattern is None:
-        return f"GET {plan.health_path} answers 200" if plan.health_path else "its process has started"
-    probe = f", then GET {plan.ready_probe_path} answers 200" if plan.ready_probe_path else ""
-    return f"a log line matches /{plan.ready_pattern}/{probe}"
 
 
 def _shown(name: str, value: str) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -115,3 +116,20 @@ def test_no_pyproject_means_no_profiles(tmp_path: Path) -> None:
 def test_missing_config_file(tmp_path: Path) -> None:
     with pytest.raises(ProfileError, match="no such file"):
         load_profiles(tmp_path, tmp_path / "nope.toml")
+
+
+def test_the_readme_lists_every_profile_key_with_the_defaults_and_merge_rules_the_schema_has() -> None:
+    from pytest_sglang.config.profiles import PROFILE_KEYS, Profile
+
+    readme = (Path(__file__).parents[1] / "README.md").read_text(encoding="utf-8")
+    table = readme.split("### Profile keys", 1)[1].split("\n\n", 2)[1]
+    rows = {key: line for line in table.splitlines()[2:] for key in re.findall(r"`(\w+)`", line.split("|")[1])}
+    assert set(rows) == set(PROFILE_KEYS)
+    defaults = Profile(name="", source=Path())
+    for key in ("startup_timeout", "stall_timeout", "shutdown_grace"):
+        assert f"(default {getattr(defaults, key):g}" in rows[key]
+    assert f"default `{defaults.host}`" in rows["host"] and f'`"{defaults.kind}"` (default)' in rows["kind"]
+    merging = {key: rule.merge for key, rule in PROFILE_KEYS.items() if rule.merge != "replace"}
+    said = rows["extends"]
+    assert all(f"`{key}`" in said for key in merging)
+    assert [key for key, rule in merging.items() if rule == "append"] == ["args"] and "`args` appended" in said

@@ -28,7 +28,8 @@ def others_alive(mine):
 def test_uses_the_server(sglang_server, n):
     assert not others_alive(sglang_server.profile), "servers of two profiles ran at once"
     with open(os.environ["SEEN"], "a") as fh:
-        fh.write(json.dumps([sglang_server.profile, sglang_server.pid, os.environ["PYTEST_XDIST_WORKER"]]) + "\\n")
+        fh.write(json.dumps([sglang_server.profile, sglang_server.pid, os.environ["PYTEST_XDIST_WORKER"],
+                             sglang_server.origin]) + "\\n")
 """
 
 
@@ -41,7 +42,7 @@ def run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
     return pytester.runpytest_subprocess("-p", "no:cacheprovider", *args, timeout=200)
 
 
-def seen(pytester: pytest.Pytester) -> list[tuple[str, int, str]]:
+def seen(pytester: pytest.Pytester) -> list[tuple[str, int, str, str]]:
     return [tuple(json.loads(line)) for line in (pytester.path / "seen.jsonl").read_text().splitlines()]
 
 
@@ -55,15 +56,19 @@ def test_xdist_workers_share_one_launch_per_profile(pytester: pytest.Pytester, m
     result = run(pytester, "-n", "3", "--sglang-profile=a,b", "--sglang-sim", f"--sglang-report={report}")
     result.assert_outcomes(passed=12)
     rows = seen(pytester)
-    assert {profile for profile, _, _ in rows} == {"a", "b"}
+    assert {profile for profile, _, _, _ in rows} == {"a", "b"}
     for profile in ("a", "b"):
-        pids = {pid for p, pid, _ in rows if p == profile}
+        pids = {pid for p, pid, _, _ in rows if p == profile}
         assert len(pids) == 1, f"profile {profile} launched {len(pids)} times: {pids}"
-    assert len({worker for _, _, worker in rows}) > 1, "the tests did not spread over the workers"
+        origins = {worker: origin for p, _, worker, origin in rows if p == profile}
+        assert list(origins.values()).count("launched") == 1, origins  # the others joined it
+        assert set(origins.values()) <= {"launched", "joined"}, origins
+    assert len({worker for _, _, worker, _ in rows}) > 1, "the tests did not spread over the workers"
     assert not wait_for_no_processes(mark, timeout=15), "the controller must stop every shared server"
     result.stdout.fnmatch_lines(["*sglang servers*", "a: ready in * s*", "b: ready in * s*"])
     profiles = json.loads(report.read_text())["profiles"]
     assert profiles["a"]["startup_seconds"] > 0 and profiles["b"]["startup_seconds"] > 0
+    assert profiles["a"]["origin"] == profiles["b"]["origin"] == "launched"  # the launching worker's record
 
 
 def test_a_crashed_worker_leaves_no_orphan(pytester: pytest.Pytester, mark: str, monkeypatch: pytest.MonkeyPatch

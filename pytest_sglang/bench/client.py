@@ -16,8 +16,8 @@ from typing import Any
 
 import requests
 
-from pytest_sglang.bench.payloads import API_PATHS, BODY_EXCERPT, Api, auth_headers, build_payload
-from pytest_sglang.errors import ServerRequestError
+from pytest_sglang.bench.payloads import API_PATHS, BODY_EXCERPT, Api, build_payload
+from pytest_sglang.errors import ServerRequestError, auth_headers
 
 
 class Client:

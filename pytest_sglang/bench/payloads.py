@@ -22,11 +22,6 @@ API_PATHS: dict[str, str] = {
 BODY_EXCERPT = 2000  # characters of an error body kept for messages
 
 
-def auth_headers(api_key: str | None) -> dict[str, str]:
-    """The only place the API key goes: an ``Authorization`` header, never a message or a repr."""
-    return {"Authorization": f"Bearer {api_key}"} if api_key else {}
-
-
 def build_payload(
     api: Api,
     *,

@@ -19,8 +19,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from pytest_sglang.bench.answers import first_choice, read_count, read_generate
-from pytest_sglang.bench.payloads import API_PATHS, BODY_EXCERPT, Api, auth_headers
-from pytest_sglang.errors import BenchmarkError, ServerRequestError
+from pytest_sglang.bench.payloads import API_PATHS, BODY_EXCERPT, Api
+from pytest_sglang.errors import BenchmarkError, ServerRequestError, auth_headers
 
 
 @dataclass

@@ -10,7 +10,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from difflib import get_close_matches
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pytest_sglang.config.slurm import SlurmSpec, parse_slurm
 from pytest_sglang.errors import ProfileError
@@ -25,28 +25,42 @@ else:  # pragma: no cover - exercised on 3.10 only
 PYPROJECT_TABLE: tuple[str, ...] = ("tool", "pytest_sglang", "profiles")
 CONFIG_TABLE: tuple[str, ...] = ("profiles",)
 
-# key -> (expected type(s), description used in errors)
-_KEY_TYPES: dict[str, tuple[tuple[type, ...], str]] = {
-    "kind": ((str,), "a string: " + ", ".join(repr(k) for k in KINDS)),
-    "model": ((str,), "a string (model path or name)"),
-    "args": ((list,), "a list of strings"),
-    "env": ((dict,), "a table of strings"),
-    "extends": ((str,), "the name of another profile"),
-    "python": ((str,), "a path to a Python interpreter"),
-    "command": ((list,), "a list of strings"),
-    "startup_timeout": ((int, float), "a number of seconds"),
-    "stall_timeout": ((int, float), "a number of seconds"),
-    "shutdown_grace": ((int, float), "a number of seconds"),
-    "ready_pattern": ((str,), "a regular expression"),
-    "health_path": ((str,), "an HTTP path such as '/health'"),
-    "host": ((str,), "a host name or address"),
-    "port": ((int,), "a port number"),
-    "sim": ((dict,), "a table of simulator knobs"),
-    "ssh": ((str,), "an ssh destination such as 'user@host' or a Host alias of ~/.ssh/config"),
-    "ssh_options": ((list,), "a list of extra ssh client arguments, e.g. ['-p', '2222']"),
-    "remote_log_dir": ((str,), "a folder on the ssh host for the server's log"),
-    "gpus": ((list,), "a list of GPU indices such as [0] or [0, 1], exported as CUDA_VISIBLE_DEVICES"),
-    "slurm": ((dict,), "a table such as { nodes = 2, gpus_per_node = 8, partition = 'gpu', time = '02:00:00' }"),
+MergeRule = Literal["replace", "append", "update"]
+
+
+@dataclass(frozen=True)
+class Key:
+    """One profile key: the TOML types it takes, how an error describes it, and how a profile that `extends`
+    another merges it (a list appended, a table updated, the rest replaced). Its default is the Profile
+    field's of the same name."""
+
+    types: tuple[type, ...]
+    desc: str
+    merge: MergeRule = "replace"
+
+
+PROFILE_KEYS: dict[str, Key] = {
+    "kind": Key((str,), "a string: " + ", ".join(repr(k) for k in KINDS)),
+    "model": Key((str,), "a string (model path or name)"),
+    "args": Key((list,), "a list of strings", "append"),
+    "env": Key((dict,), "a table of strings", "update"),
+    "extends": Key((str,), "the name of another profile"),
+    "python": Key((str,), "a path to a Python interpreter"),
+    "command": Key((list,), "a list of strings"),
+    "startup_timeout": Key((int, float), "a number of seconds"),
+    "stall_timeout": Key((int, float), "a number of seconds"),
+    "shutdown_grace": Key((int, float), "a number of seconds"),
+    "ready_pattern": Key((str,), "a regular expression"),
+    "health_path": Key((str,), "an HTTP path such as '/health'"),
+    "host": Key((str,), "a host name or address"),
+    "port": Key((int,), "a port number"),
+    "sim": Key((dict,), "a table of simulator knobs", "update"),
+    "ssh": Key((str,), "an ssh destination such as 'user@host' or a Host alias of ~/.ssh/config"),
+    "ssh_options": Key((list,), "a list of extra ssh client arguments, e.g. ['-p', '2222']"),
+    "remote_log_dir": Key((str,), "a folder on the ssh host for the server's log"),
+    "gpus": Key((list,), "a list of GPU indices such as [0] or [0, 1], exported as CUDA_VISIBLE_DEVICES"),
+    "slurm": Key((dict,), "a table such as { nodes = 2, gpus_per_node = 8, partition = 'gpu', time = '02:00:00' }",
+                 "update"),
 }
 SIM_KNOBS = frozenset(f.name for f in fields(Knobs))
 SIM_FAULTS = (None, *FAULTS)
@@ -196,15 +210,16 @@ class _Loader:
             parent_profile = self.resolve(parent, (*chain, name))
             merged = _as_raw(parent_profile)
             for key, message in parent_profile.unset.items():
-                if key not in table or key in ("args", "env", "sim"):  # those merge; the rest are replaced
+                if key not in table or PROFILE_KEYS[key].merge != "replace":
                     self.unset.setdefault(name, {}).setdefault(key, message)
         for key, value in table.items():
             if key == "extends":
                 continue
             value = self.expand(name, key, value)
-            if key == "args":
-                merged["args"] = [*merged.get("args", []), *value]
-            elif key in ("env", "sim", "slurm"):
+            rule = PROFILE_KEYS[key].merge
+            if rule == "append":
+                merged[key] = [*merged.get(key, []), *value]
+            elif rule == "update":
                 merged[key] = {**merged.get(key, {}), **value}
             else:
                 merged[key] = value
@@ -213,13 +228,13 @@ class _Loader:
     def check_keys(self, name: str, table: dict[str, Any]) -> None:
         value: Any
         for key, value in table.items():
-            if key not in _KEY_TYPES:
-                hint = get_close_matches(key, list(_KEY_TYPES), n=1)
+            if key not in PROFILE_KEYS:
+                hint = get_close_matches(key, list(PROFILE_KEYS), n=1)
                 maybe = f" Did you mean {hint[0]!r}?" if hint else ""
                 raise ProfileError(
-                    f"{self.where(name, key)}: unknown key.{maybe} Known keys: {', '.join(_KEY_TYPES)}."
+                    f"{self.where(name, key)}: unknown key.{maybe} Known keys: {', '.join(PROFILE_KEYS)}."
                 )
-            types, desc = _KEY_TYPES[key]
+            types, desc = PROFILE_KEYS[key].types, PROFILE_KEYS[key].desc
             if not isinstance(value, types) or isinstance(value, bool):
                 raise ProfileError(f"{self.where(name, key)}: must be {desc}, got {value!r}.")
             checked: Any = value  # isinstance against a tuple variable narrows to `object`
@@ -257,7 +272,8 @@ class _Loader:
         return _VAR.sub(sub, value)
 
     def build(self, name: str, merged: dict[str, Any]) -> Profile:
-        kind = merged.get("kind", "sglang")
+        defaults = Profile(name=name, source=self.path)
+        kind = merged.get("kind", defaults.kind)
         if kind not in KINDS:
             raise ProfileError(
                 f"{self.where(name, 'kind')}: unknown kind {kind!r}; use one of {', '.join(map(repr, KINDS))}."
@@ -313,12 +329,12 @@ class _Loader:
             env=dict(merged.get("env", {})),
             python=merged.get("python"),
             command=tuple(merged["command"]) if merged.get("command") else None,
-            startup_timeout=float(merged.get("startup_timeout", 1800.0)),
-            stall_timeout=float(merged.get("stall_timeout", 300.0)),
-            shutdown_grace=float(merged.get("shutdown_grace", 30.0)),
+            startup_timeout=float(merged.get("startup_timeout", defaults.startup_timeout)),
+            stall_timeout=float(merged.get("stall_timeout", defaults.stall_timeout)),
+            shutdown_grace=float(merged.get("shutdown_grace", defaults.shutdown_grace)),
             ready_pattern=merged.get("ready_pattern"),
             health_path=merged.get("health_path"),
-            host=merged.get("host", "127.0.0.1"),
+            host=merged.get("host", defaults.host),
             port=port,
             sim=dict(sim),
             ssh=ssh,
@@ -334,7 +350,7 @@ def _as_raw(profile: Profile) -> dict[str, Any]:
     """A resolved parent as the raw keys a child profile merges onto (only what the parent set)."""
     defaults = Profile(name="", source=profile.source)
     raw: dict[str, Any] = {}
-    for key in _KEY_TYPES:
+    for key in PROFILE_KEYS:
         if key == "extends":
             continue
         value = getattr(profile, key)

@@ -15,7 +15,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pytest_sglang.config import KINDS, SGLANG, Kind, Profile
-from pytest_sglang.errors import ProfileError, register_arg_secrets, register_env_secrets, register_secret
+from pytest_sglang.errors import (
+    ProfileError,
+    auth_headers,
+    register_arg_secrets,
+    register_env_secrets,
+    register_secret,
+)
 from pytest_sglang.launch.ports import free_port, url_host
 from pytest_sglang.sim.drift import RUN_ENV
 
@@ -27,6 +33,27 @@ PORT_PLACEHOLDER = "{port}"
 # no launch command, so an unset ${VAR} in these keys does not stop a --sglang-sim run.
 NOT_NEEDED_BY_SIM = frozenset({"model", "python", "command", "env"})
 REMOTE_PYTHON = "python3"  # an ssh profile's interpreter on its host, unless `python` names one
+
+
+@dataclass(frozen=True)
+class Readiness:
+    """What "ready" means for one server, decided here alone: the readiness loop waits on it, --sglang-show
+    describes it, and an --sglang-url server's is built from its kind."""
+
+    line: str | None  # a regex the log must match first; None: the probe alone decides
+    probe_paths: tuple[str, ...]  # then asked in turn (a 404 or 401 moves on) until one answers 200; () none
+
+    @classmethod
+    def attached(cls, kind: Kind, health_path: str | None) -> Readiness:
+        """An --sglang-url server's: its log is not read here, so its probe alone decides (the profile's
+        health_path, else its kind's)."""
+        return cls(None, (health_path or kind.health_path or "/",))
+
+    def describe(self) -> str:
+        probe = f"GET {self.probe_paths[0]} answers 200" if self.probe_paths else None
+        if self.line is None:
+            return probe or "its process has started"
+        return f"a log line matches /{self.line}/" + (f", then {probe}" if probe else "")
 
 
 @dataclass(frozen=True)
@@ -53,8 +80,10 @@ class LaunchPlan:
         return base_url(self.host, self.port)
 
     @property
-    def ready_probe_path(self) -> str | None:
-        return self.ready_probe_paths[0] if self.ready_probe_paths else None
+    def readiness(self) -> Readiness:
+        if self.ready_pattern is None:
+            return Readiness(None, (self.health_path,) if self.health_path else ())
+        return Readiness(self.ready_pattern, self.ready_probe_paths)
 
     @property
     def headers(self) -> dict[str, str]:
@@ -62,8 +91,7 @@ class LaunchPlan:
 
     def register_secrets(self) -> None:
         """Every secret this launch may print (its --api-key, secret-named variables), for redaction."""
-        register_secret(self.profile.api_key)
-        register_env_secrets(self.profile.env)
+        register_profile_secrets(self.profile)
         register_env_secrets(os.environ)
         register_arg_secrets(self.argv)
 
@@ -185,8 +213,12 @@ def base_url(host: str, port: int) -> str:
     return f"http://{url_host(host)}:{port}"
 
 
-def auth_headers(api_key: str | None) -> dict[str, str]:
-    return {"Authorization": f"Bearer {api_key}"} if api_key else {}
+def register_profile_secrets(profile: Profile) -> None:
+    """A profile's secrets (its --api-key, secret-named variables and arguments), for redaction, before any
+    line that shows it is written."""
+    register_secret(profile.api_key)
+    register_env_secrets(profile.env)
+    register_arg_secrets([*profile.args, *(profile.command or ())])
 
 
 def _substitute(part: str, values: dict[str, str]) -> str:

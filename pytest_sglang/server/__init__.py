@@ -1,10 +1,14 @@
 """Servers: the startup record, the one readiness loop, the handle with a liveness strategy per origin.
 
+    source.py   server_source, open_server: where a session's server comes from, and which origins combine
     record.py   StartupRecord: what one startup was (made once, where readiness is decided)
     ready.py    the only readiness loop, for every origin
-    handle.py   ServerHandle = record + Liveness (launched, attached, kept)
-    origins.py  launch_server, attach_server
+    handle.py   ServerHandle = record + Liveness (launched, attached, watched by pid: joined or kept)
+    origins.py  launch_server, start_server, attach_server
     reuse.py    KeptServers: --sglang-reuse and --sglang-stop
+    shared.py   SharedServers: one launch for every pytest-xdist worker of a run
+    remote.py   a server on an ssh host;  slurm.py  a server across SLURM nodes
+    pool.py     ServerPool: the servers an A/B test needs alive at once
 """
 
 from pytest_sglang.server.handle import ServerHandle

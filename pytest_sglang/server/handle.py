@@ -13,11 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
-import psutil
-
-from pytest_sglang.errors import Diagnosis, ServerDiedError
-from pytest_sglang.launch.members import died_first, essential_death
-from pytest_sglang.launch.plan import auth_headers, base_url
+from pytest_sglang.errors import Diagnosis, ServerDiedError, auth_headers
+from pytest_sglang.launch.members import died_first, essential_death, pid_alive
+from pytest_sglang.launch.plan import base_url
 from pytest_sglang.launch.process import ProcessTree
 from pytest_sglang.launch.release import stop_and_release
 from pytest_sglang.server.ready import Probe
@@ -236,20 +234,41 @@ class AttachedLiveness(Unwatched):
 
 
 @dataclass(eq=False)
-class KeptLiveness(Unwatched):
-    """A server kept from an earlier run (--sglang-reuse): alive while its pid is. /health is not asked per
-    test: SGLang's costs about a second a call. Left running at the end, for the next run."""
+class WatchedPidLiveness:
+    """A server this session did not start but whose pid and log it knows: one another xdist worker launched,
+    or one kept from an earlier run (--sglang-reuse). Alive while its pid is, its crashes read from its log as
+    a launched server's are; its health is asked only once a crash is logged (SGLang's /health costs about a
+    second a call). Never stopped here: its owner does that."""
 
     profile: str
     pid: int
     log_path: Path | None
+    watcher: LogWatcher | None
+    health: Probe | None
+    hint: str  # what to do about its death
+
+    def __post_init__(self) -> None:
+        self.crashes = LoggedCrashes(self.watcher)
 
     def death(self) -> ServerDiedError | None:
-        if psutil.pid_exists(self.pid):
-            return None
-        return ServerDiedError(
-            f"reused server (pid {self.pid}) is gone", profile=self.profile, log_path=self.log_path,
-            diagnosis=Diagnosis(),
-            hints=["run again: --sglang-reuse launches a fresh server when the kept one is gone"],
-        )
+        if pid_alive(self.pid):
+            if not (self.logged_crash() and self.health is not None and not self.health.ok()):
+                return None
+            headline = "server died during the session: it logged a crash and stopped answering"
+        else:
+            headline = f"server (pid {self.pid}) died during the session"
+        if self.watcher is not None:
+            self.watcher.poll(time.monotonic(), final=True)
+        diagnosis = self.watcher.diagnosis() if self.watcher is not None else Diagnosis()
+        return ServerDiedError(headline, profile=self.profile, log_path=self.log_path, diagnosis=diagnosis,
+                               hints=[self.hint])
+
+    def logged_crash(self) -> bool:
+        return self.crashes.seen()
+
+    def survived(self) -> None:
+        self.crashes.survived()
+
+    def close(self) -> None:
+        pass
 

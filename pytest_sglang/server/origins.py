@@ -10,14 +10,15 @@ import time
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from pytest_sglang.config import Profile
+from pytest_sglang.config import KINDS, SGLANG, Profile
 from pytest_sglang.errors import (
     Diagnosis,
     ProfileError,
     ServerStartupError,
+    auth_headers,
     register_secret,
 )
-from pytest_sglang.launch.plan import LaunchPlan, auth_headers
+from pytest_sglang.launch.plan import LaunchPlan, Readiness
 from pytest_sglang.launch.ports import check_port_free
 from pytest_sglang.launch.process import ProcessTree, ServerProcess
 from pytest_sglang.launch.release import stop_and_release, wait_for_dying_holder
@@ -28,12 +29,11 @@ from pytest_sglang.server.handle import (
     Liveness,
     ServerHandle,
 )
-from pytest_sglang.server.ready import Probe, RecordCallback, StatusCallback, Wait, ignore, wait_for
+from pytest_sglang.server.ready import Probe, RecordCallback, StatusCallback, Wait, health_probe, ignore, wait_for
 from pytest_sglang.server.record import StartupRecord
 from pytest_sglang.watch import LogTail, LogWatcher
 
 ATTACH_TIMEOUT_SECONDS = 10.0
-ATTACH_HEALTH_PATH = "/health"
 SERVER_MODULES = {"sglang": "sglang", "vllm": "vllm"}
 
 
@@ -93,7 +93,7 @@ def start_server(plan: LaunchPlan, *, on_status: StatusCallback = ignore, on_rec
         stop_and_release(process, grace=min(FAILURE_GRACE_SECONDS, profile.shutdown_grace), profile=profile.name,
                          host=plan.host, port=plan.port, on_status=say)
         raise
-    health = Probe(plan.base_url, plan.health_path, plan.headers) if plan.health_path else None
+    health = health_probe(plan, plan.base_url)
     liveness = LaunchedLiveness(profile=profile.name, process=process, watcher=watcher, health=health,
                                 log_path=plan.log_path, host=plan.host, port=plan.port,
                                 shutdown_grace=profile.shutdown_grace, keep=keep, on_status=say)
@@ -103,13 +103,12 @@ def start_server(plan: LaunchPlan, *, on_status: StatusCallback = ignore, on_rec
 def startup_wait(plan: LaunchPlan, *, template: StartupRecord, process: ProcessTree, watcher: LogWatcher,
                  base_url: str, command: list[str], look_at: str) -> Wait:
     """What a launched server's startup waits on, wherever its process runs (here, or on an ssh host)."""
-    paths = plan.ready_probe_paths if plan.ready_pattern is not None else (plan.health_path,)
-    probe_paths = tuple(p for p in paths if p)
+    readiness = plan.readiness
     return Wait(
         template=template, timeout=plan.startup_timeout, started_at=process.started_at,
         stall_timeout=plan.stall_timeout,
-        probe=Probe(base_url, probe_paths, plan.headers) if probe_paths else None,
-        process=process, watcher=watcher, wait_for_line=plan.ready_pattern is not None, command=command,
+        probe=Probe(base_url, readiness.probe_paths, plan.headers) if readiness.probe_paths else None,
+        process=process, watcher=watcher, wait_for_line=readiness.line is not None, command=command,
         failure_hints=lambda code, diagnosis: failure_hints(plan, code, diagnosis),
         timeout_hints=lambda: [
             "raise startup_timeout in the profile or pass --sglang-startup-timeout=SECONDS",
@@ -118,16 +117,18 @@ def startup_wait(plan: LaunchPlan, *, template: StartupRecord, process: ProcessT
     )
 
 
-def attach_health_path(profile: Profile | None) -> str:
+def attach_readiness(profile: Profile | None) -> Readiness:
     """What an --sglang-url server is asked, to be ready and while it serves: the profile's health_path, else
-    /health."""
-    return profile.health_path if profile is not None and profile.health_path else ATTACH_HEALTH_PATH
+    its kind's (the default kind's without a profile)."""
+    kind = KINDS[profile.kind] if profile is not None else SGLANG
+    return Readiness.attached(kind, profile.health_path if profile is not None else None)
 
 
-def attach_server(url: str, *, profile: str, kind: str = "sglang", health_path: str | None = "/health",
+def attach_server(url: str, *, profile: str, kind: str = "sglang", readiness: Readiness | None = None,
                   api_key: str | None = None, on_status: StatusCallback = ignore, on_record: RecordCallback = ignore,
                   timeout: float = ATTACH_TIMEOUT_SECONDS) -> ServerHandle:
-    """A handle on a server that is already running (--sglang-url): nothing is launched or killed."""
+    """A handle on a server that is already running (--sglang-url): nothing is launched or killed.
+    ``readiness``: default, that of ``kind``."""
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ProfileError(f"--sglang-url={url!r} is not an http(s) URL such as http://127.0.0.1:30000.")
@@ -138,7 +139,8 @@ def attach_server(url: str, *, profile: str, kind: str = "sglang", health_path: 
             f"--sglang-url={url} has a path ({parts.path}): give the server's root, --sglang-url={root}; the "
             "plugin adds /v1/completions, /health and the other paths itself.")
     register_secret(api_key)
-    probe = Probe(root, health_path or "/", auth_headers(api_key))
+    readiness = readiness or Readiness.attached(KINDS[kind], None)
+    probe = Probe(root, readiness.probe_paths, auth_headers(api_key))
     template = StartupRecord(profile=profile, kind=kind, origin="attached", outcome="ready",
                              host=parts.hostname, port=port)
     wait = Wait(
@@ -148,7 +150,7 @@ def attach_server(url: str, *, profile: str, kind: str = "sglang", health_path: 
         timeout_hints=lambda: ["start the server first, or drop --sglang-url to let the plugin launch it"],
     )
     record = wait_for(wait, on_status=on_status, on_record=on_record)
-    return ServerHandle(record, AttachedLiveness(profile, probe if health_path else None), api_key=api_key)
+    return ServerHandle(record, AttachedLiveness(profile, probe), api_key=api_key)
 
 
 def failure_hints(plan: LaunchPlan, code: int | None, diagnosis: Diagnosis) -> list[str]:

@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import requests
 
@@ -20,6 +20,9 @@ from pytest_sglang.launch.members import died_first, essential_death
 from pytest_sglang.launch.process import ProcessTree
 from pytest_sglang.server.record import StartupRecord
 from pytest_sglang.watch import LogWatcher
+
+if TYPE_CHECKING:
+    from pytest_sglang.launch.plan import LaunchPlan
 
 POLL_SECONDS = 0.02  # log and process poll: the ready-to-return lag is at most this plus one probe
 PROBE_EVERY_SECONDS = 0.25  # probe interval while no ready line says when to ask
@@ -111,6 +114,11 @@ class Probe:
         if answer != self.last or self._same_since is None:
             self._same_since = self._clock()
         self.last, self.last_status = answer, status
+
+
+def health_probe(plan: LaunchPlan, base_url: str) -> Probe | None:
+    """A ready server's liveness probe: GET of the plan's health path at ``base_url`` (None where it has none)."""
+    return Probe(base_url, plan.health_path, plan.headers) if plan.health_path else None
 
 
 @dataclass(eq=False)

@@ -23,7 +23,7 @@ from pytest_sglang.launch.plan import LaunchPlan
 from pytest_sglang.launch.remote import HEARTBEAT_TIMEOUT, HEARTBEAT_TIMEOUT_ENV, RemoteServer, plan_remote, run_agent
 from pytest_sglang.server.handle import FAILURE_GRACE_SECONDS, LaunchedLiveness, ServerHandle
 from pytest_sglang.server.origins import startup_wait
-from pytest_sglang.server.ready import Probe, RecordCallback, StatusCallback, ignore, wait_for
+from pytest_sglang.server.ready import RecordCallback, StatusCallback, health_probe, ignore, wait_for
 from pytest_sglang.server.record import StartupRecord
 from pytest_sglang.watch import LogTail, LogWatcher
 
@@ -69,7 +69,7 @@ def launch_remote_server(plan: LaunchPlan, *, on_status: StatusCallback = ignore
     except BaseException:  # Ctrl-C during a 10-minute startup, pytest-timeout cutting it
         remote.stop(grace=min(FAILURE_GRACE_SECONDS, profile.shutdown_grace))
         raise
-    health = Probe(rplan.base_url, plan.health_path, plan.headers) if plan.health_path else None
+    health = health_probe(plan, rplan.base_url)
     liveness = RemoteLiveness(profile=profile.name, process=remote, watcher=watcher, health=health,
                               log_path=plan.log_path, host=rplan.reach_host, port=rplan.reach_port,
                               shutdown_grace=profile.shutdown_grace)

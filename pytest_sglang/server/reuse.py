@@ -15,16 +15,16 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import psutil
-
 from pytest_sglang.errors import PortInUseError, ServerStartupError
 from pytest_sglang.launch.logdir import state_dir
+from pytest_sglang.launch.members import pid_alive
 from pytest_sglang.launch.plan import LaunchPlan, base_url
 from pytest_sglang.launch.release import kill_and_release
-from pytest_sglang.server.handle import KeptLiveness, ServerHandle
+from pytest_sglang.server.handle import ServerHandle, WatchedPidLiveness
 from pytest_sglang.server.origins import start_server
-from pytest_sglang.server.ready import Probe, RecordCallback, StatusCallback, Wait, ignore, wait_for
+from pytest_sglang.server.ready import Probe, RecordCallback, StatusCallback, Wait, health_probe, ignore, wait_for
 from pytest_sglang.server.record import StartupRecord
+from pytest_sglang.watch import LogTail, LogWatcher
 
 REUSE_CHECK_SECONDS = 5.0
 
@@ -76,7 +76,7 @@ class KeptServers:
 
     def busy_error(self, port: int) -> PortInUseError | None:
         """Why a launch found ``port`` busy, where the server --sglang-reuse kept for this rootdir holds it."""
-        kept = next((k for k in self.kept() if k.record.port == port and psutil.pid_exists(k.pid)), None)
+        kept = next((k for k in self.kept() if k.record.port == port and pid_alive(k.pid)), None)
         if kept is None:
             return None
         return PortInUseError(
@@ -88,25 +88,29 @@ class KeptServers:
         """Stop every kept server of this rootdir (the teardown's group kill); say what was stopped."""
         stopped = []
         for kept in self.kept():
-            alive = psutil.pid_exists(kept.pid)
+            alive = pid_alive(kept.pid)
             self._stop(kept)
             stopped.append(kept.describe() + ("" if alive else " (already gone)"))
         return stopped
 
     def _attach(self, kept: KeptServer, plan: LaunchPlan, on_record: RecordCallback) -> ServerHandle | None:
-        if kept.fingerprint != plan.fingerprint or not psutil.pid_exists(kept.pid):
+        if kept.fingerprint != plan.fingerprint or not pid_alive(kept.pid):
             return None
         record = kept.record.reused()
-        probe = Probe(base_url(record.host, record.port), plan.ready_probe_paths, plan.headers) \
-            if plan.ready_probe_paths else None
+        paths = plan.readiness.probe_paths
+        probe = Probe(base_url(record.host, record.port), paths, plan.headers) if paths else None
         wait = Wait(template=record, timeout=REUSE_CHECK_SECONDS, started_at=time.monotonic(), probe=probe)
         try:
             record = wait_for(wait, on_status=ignore, on_record=ignore)
         except ServerStartupError:
             return None
         on_record(record)
-        return ServerHandle(record, KeptLiveness(record.profile, kept.pid, record.log_path),
-                            api_key=plan.profile.api_key)
+        watcher = LogWatcher(plan.kind, ready_pattern=plan.ready_pattern, started_at=time.monotonic(),
+                             tail=LogTail(record.log_path)) if record.log_path else None
+        liveness = WatchedPidLiveness(
+            record.profile, kept.pid, record.log_path, watcher, health_probe(plan, base_url(record.host, record.port)),
+            hint="run again: --sglang-reuse launches a fresh server when the kept one is gone")
+        return ServerHandle(record, liveness, api_key=plan.profile.api_key)
 
     def _path(self, profile: str) -> Path:
         return self.folder / f"{profile}.json"

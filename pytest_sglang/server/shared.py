@@ -26,15 +26,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import psutil
 from filelock import FileLock
 
-from pytest_sglang.errors import Diagnosis, PluginError, ServerDiedError
+from pytest_sglang.errors import PluginError, ServerDiedError
+from pytest_sglang.launch.members import pid_alive
 from pytest_sglang.launch.plan import LaunchPlan, base_url
 from pytest_sglang.launch.release import kill_and_release
-from pytest_sglang.server.handle import LaunchedLiveness, LoggedCrashes, ServerHandle
+from pytest_sglang.server.handle import LaunchedLiveness, ServerHandle, WatchedPidLiveness
 from pytest_sglang.server.origins import start_server
-from pytest_sglang.server.ready import Probe, RecordCallback, StatusCallback
+from pytest_sglang.server.ready import RecordCallback, StatusCallback, health_probe
 from pytest_sglang.server.record import StartupRecord
 from pytest_sglang.watch import LogTail, LogWatcher
 
@@ -54,7 +54,7 @@ class SharedState:
     users: list[int] = field(default_factory=list)  # pids of the workers whose tests hold the server
 
     def live_users(self) -> list[int]:
-        return [pid for pid in self.users if _alive(pid)]
+        return [pid for pid in self.users if pid_alive(pid)]
 
     def to_json(self) -> dict[str, Any]:
         return {"profile": self.profile, "status": self.status, "record": self.record.to_json(), "pid": self.pid,
@@ -173,8 +173,9 @@ class SharedServers:
         on_record(record)
         watcher = LogWatcher(plan.kind, ready_pattern=plan.ready_pattern, started_at=time.monotonic(),
                              tail=LogTail(record.log_path)) if record.log_path else None
-        health = Probe(base_url(record.host, record.port), plan.health_path, plan.headers) if plan.health_path else None
-        joined = JoinedLiveness(record.profile, state.pid, record.log_path, watcher, health)
+        health = health_probe(plan, base_url(record.host, record.port))
+        joined = WatchedPidLiveness(record.profile, state.pid, record.log_path, watcher, health,
+                                    hint="every later test that uses this server fails with this same error")
         return ServerHandle(record, WorkerLiveness(self, joined), api_key=plan.profile.api_key)
 
     @contextlib.contextmanager
@@ -188,7 +189,7 @@ class SharedServers:
             mark.unlink(missing_ok=True)
 
     def _wanted(self, profile: str) -> bool:
-        return any(_alive(int(m.name.rsplit("-", 1)[1])) for m in self.folder.glob(f"want-{profile}-*"))
+        return any(pid_alive(int(m.name.rsplit("-", 1)[1])) for m in self.folder.glob(f"want-{profile}-*"))
 
     def _blocking(self, profile: str) -> list[SharedState]:
         if self.concurrent_profiles:
@@ -228,47 +229,11 @@ class SharedServers:
 
 
 @dataclass(eq=False)
-class JoinedLiveness:
-    """A server another worker launched: alive while its pid is; its crashes read from the shared log."""
-
-    profile: str
-    pid: int
-    log_path: Path | None
-    watcher: LogWatcher | None
-    health: Probe | None
-
-    def __post_init__(self) -> None:
-        self.crashes = LoggedCrashes(self.watcher)
-
-    def death(self) -> ServerDiedError | None:
-        if _alive(self.pid):
-            if not (self.logged_crash() and self.health is not None and not self.health.ok()):
-                return None
-            headline = "server died during the session: it logged a crash and stopped answering"
-        else:
-            headline = "server died during the session"
-        if self.watcher is not None:
-            self.watcher.poll(time.monotonic(), final=True)
-        diagnosis = self.watcher.diagnosis() if self.watcher is not None else Diagnosis()
-        return ServerDiedError(headline, profile=self.profile, log_path=self.log_path, diagnosis=diagnosis,
-                               hints=["every later test that uses this server fails with this same error"])
-
-    def logged_crash(self) -> bool:
-        return self.crashes.seen()
-
-    def survived(self) -> None:
-        self.crashes.survived()
-
-    def close(self) -> None:
-        pass
-
-
-@dataclass(eq=False)
 class WorkerLiveness:
     """Any liveness, as one worker of an xdist run sees it: closing releases it; the controller stops it."""
 
     servers: SharedServers
-    inner: LaunchedLiveness | JoinedLiveness
+    inner: LaunchedLiveness | WatchedPidLiveness
 
     def death(self) -> ServerDiedError | None:
         return self.inner.death()
@@ -283,9 +248,3 @@ class WorkerLiveness:
         profile = self.inner.profile
         self.servers.release(profile)
 
-
-def _alive(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False

@@ -25,7 +25,7 @@ from pytest_sglang.launch.release import stop_and_release
 from pytest_sglang.launch.slurm import LOOPBACK, Node, SlurmPlan, SlurmStep, failed_task, plan_slurm, srun_said
 from pytest_sglang.server.handle import FAILURE_GRACE_SECONDS, LaunchedLiveness, ServerHandle
 from pytest_sglang.server.origins import failure_hints, startup_wait
-from pytest_sglang.server.ready import Peer, Probe, RecordCallback, StatusCallback, ignore, wait_for
+from pytest_sglang.server.ready import Peer, Probe, RecordCallback, StatusCallback, health_probe, ignore, wait_for
 from pytest_sglang.server.record import StartupRecord
 from pytest_sglang.watch import LogTail, LogWatcher
 
@@ -75,7 +75,7 @@ def _wait_ready(plan: LaunchPlan, splan: SlurmPlan, step: SlurmStep, *, on_statu
     wait = replace(wait, peers=peers, node=head.label, failure_hints=lambda code, d: [*failure_hints(plan, code, d),
                                                                      *_srun_hints(splan)])
     record = wait_for(wait, on_status=on_status, on_record=on_record)
-    health = Probe(base_url(reach, plan.port), plan.health_path, plan.headers) if plan.health_path else None
+    health = health_probe(plan, base_url(reach, plan.port))
     liveness = SlurmLiveness(profile=profile.name, process=step, watcher=watcher, health=health,
                              log_path=splan.node_log(0), host=reach, port=plan.port,
                              shutdown_grace=profile.shutdown_grace, on_status=say, peers=peers, nodes=step.nodes)

@@ -79,14 +79,14 @@ class Origins:
 def open_server(profile: Profile | None, asked: Asked, origins: Origins, *, name: str) -> ServerHandle:
     """The handle of ``profile``'s server (None: the --sglang-url server's, called ``name``), from the source
     :func:`server_source` picks."""
-    from pytest_sglang.server.origins import attach_health_path, attach_server, launch_server
+    from pytest_sglang.server.origins import attach_readiness, attach_server, launch_server
     from pytest_sglang.server.reuse import KeptServers
 
     source = server_source(profile, asked)
     callbacks: dict[str, Any] = {"on_status": origins.on_status, "on_record": origins.on_record}
     if asked.url:
         return attach_server(asked.url, profile=name, kind=profile.kind if profile else "sglang",
-                             health_path=attach_health_path(profile), api_key=profile.api_key if profile else None,
+                             readiness=attach_readiness(profile), api_key=profile.api_key if profile else None,
                              **callbacks)
     assert profile is not None
     plan = origins.plan(profile)
