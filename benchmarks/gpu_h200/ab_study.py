@@ -12,6 +12,7 @@ sd of the log paired ratio, how much one pair's ratio predicts the next (lag-1 a
 that outlasts a pair) with the pairs that leaves effectively, each side's own autocorrelation, and the pairs a
 5 % and a 10 % change need at that spread (also corrected for the autocorrelation). ``groups``: the same by
 source, pinning and round length, A vs A only (a ratio's CI leaving 1 there is a false regression).
+``sampler_cost``: a study run without the telemetry sampler ("n" in test_ab.py) against those with it.
 """
 
 from __future__ import annotations
@@ -65,6 +66,8 @@ def study(runs: list[dict]) -> list[dict]:
         seconds = [d for side in (ab.get("duration") or {}).values() for d in side]
         out.append({"label": ab.get("label"), "name": ab["name"], "pair": f"{ab['second']} vs {ab['first']}",
                     "a_vs_a": ab["name"].startswith(("a-vs-a", "study")), "pinned": pinned(ab),
+                    "telemetry": ab.get("telemetry", True),
+                    "side_median": {p: statistics.median(v) for p, v in ab["rounds"].items()},
                     "affinity": ab.get("affinity"), "num_requests": ab["num_requests"], "pairs": len(a),
                     "round_seconds": statistics.median(seconds) if seconds else None,
                     "ratio": ab["ratio"].get("output_throughput"), "ci": ab["ci"].get("output_throughput"),
@@ -84,7 +87,7 @@ def groups(rows: list[dict]) -> list[dict]:
     """A vs A runs by source, pinning and round length: the spread, the bias, and which called a false change."""
     keyed: dict[tuple[str, bool, int], list[dict]] = {}
     for row in rows:
-        if row["a_vs_a"]:
+        if row["a_vs_a"] and row["telemetry"]:
             keyed.setdefault((str(row["label"]), row["pinned"], row["num_requests"]), []).append(row)
     out = []
     for (label, is_pinned, n), members in sorted(keyed.items()):
@@ -96,6 +99,21 @@ def groups(rows: list[dict]) -> list[dict]:
                     "median_ratio_autocorr_lag1": _median([r["ratio_autocorr_lag1"] for r in members]),
                     "ci_excludes_1": false, "pairs_for_5pct": pairs_needed(sd, 0.05),
                     "pairs_for_10pct": pairs_needed(sd, 0.10)})
+    return out
+
+
+def sampler_cost(rows: list[dict]) -> list[dict]:
+    """Each side's median tok/s with the telemetry sampler over that without it, at the same source, pinning and
+    round length (the runs with it averaged): below 1 is the sampler's cost."""
+    out = []
+    for off in (r for r in rows if not r["telemetry"]):
+        like = [r for r in rows if r["telemetry"] and
+                (r["label"], r["pinned"], r["num_requests"]) == (off["label"], off["pinned"], off["num_requests"])]
+        if not like:
+            continue
+        ratios = {p: statistics.fmean(r["side_median"][p] for r in like) / m for p, m in off["side_median"].items()}
+        out.append({"label": off["label"], "pinned": off["pinned"], "num_requests": off["num_requests"],
+                    "without": off["name"], "with": [r["name"] for r in like], "with_over_without": ratios})
     return out
 
 
@@ -115,8 +133,8 @@ def load(arg: str) -> list[dict]:
 def main() -> int:
     *sources, target = sys.argv[1:]
     rows = study([run for source in sources for run in load(source)])
-    summary = groups(rows)
-    Path(target).write_text(json.dumps({"runs": rows, "groups": summary}, indent=1))
+    summary, cost = groups(rows), sampler_cost(rows)
+    Path(target).write_text(json.dumps({"runs": rows, "groups": summary, "sampler_cost": cost}, indent=1))
     for row in rows:
         ci = row["ci"]
         shown = f"{row['ratio']:.3f}x" + (f" (95% CI {ci[0]:.3f}-{ci[1]:.3f})" if ci else "")
@@ -135,6 +153,10 @@ def main() -> int:
               f"{g['runs']} runs, {g['pairs']} pairs, median sd(log ratio) {g['median_sd_log_ratio']:.4f}, "
               f"median |log ratio| {g['median_abs_log_ratio']:.4f}, CI leaving 1: {g['ci_excludes_1'] or 'none'}; "
               f"pairs for 5 %: {g['pairs_for_5pct']}, for 10 %: {g['pairs_for_10pct']}")
+    for c in cost:
+        print(f"[{c['label']}] sampler cost, {'pinned' if c['pinned'] else 'unpinned'}, {c['num_requests']} req/round: "
+              f"median tok/s with it over without ({c['without']} vs {', '.join(c['with'])}): "
+              + ", ".join(f"{p} {x:.3f}" for p, x in c["with_over_without"].items()))
     return 0 if rows else 1
 
 

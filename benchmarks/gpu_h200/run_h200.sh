@@ -33,11 +33,13 @@
 #    AB's false 0.79x between identical servers? profiles-ab2.toml's ab-main and ab-same on disjoint whole cores
 #    (cpu_split: AB_MAIN_CPUS, AB_SAME_CPUS), pytest (the load generator) under taskset on the rest
 #    (AB2_CLIENT_CPUS); test_ab.py's study at two round lengths, pinned and unpinned ("u": every thread of
-#    both trees and pytest let onto all CPUs, then back) in alternation (AB2_STUDY); ab_study.py sets them
-#    beside call 1's unpinned rounds (results/ab1) in $OUT/ab-study.json; then, in the time left, the client
-#    ceiling at 256 and 1024 with 10 simulators and 4 and 8 client processes. Budget: setup ~55 s, the pytest
-#    session <= AB2_LIMIT (400 s: two startups ~165 s, the rounds ~155 s, teardown), the ceiling what is left
-#    of 500 s, then summarize and the bundle: one device call of 540 s.
+#    both trees and pytest let onto all CPUs, then back) in alternation, last one pinned without the telemetry
+#    sampler ("n": its cost, paired in time with the pinned ones) (AB2_STUDY); ab_study.py sets them beside
+#    call 1's unpinned rounds (results/ab1) in $OUT/ab-study.json; then, in the time left, the client ceiling
+#    at 256 and 1024 with 10 simulators and 4 and 8 client processes ($OUT/ceiling.json). Budget: setup ~55 s,
+#    the pytest session <= AB2_LIMIT (400 s: two startups ~165 s, the rounds ~180 s at call 1's 0.66 s per
+#    16-request and 1.75 s per 64-request round, teardown ~20 s), the ceiling what is left of 500 s, then
+#    summarize and the bundle: one device call of 540 s.
 # Everything goes to $OUT: terminal.txt, results.json, the reports, baselines.json, bundle.tar.gz (logs, HTML).
 set -u
 STAGE=${1:-A}
@@ -284,7 +286,7 @@ stage_ab2() {  # AB2: the A-vs-A study pinned (profile key cpus) and unpinned, b
   echo "ab-main on $AB_MAIN_CPUS, ab-same on $AB_SAME_CPUS, pytest on $client"
   local wrap=""
   if command -v taskset >/dev/null; then wrap="taskset -c $client"; else echo "no taskset: pytest unpinned"; fi
-  AB_STUDY=${AB2_STUDY:-"16x20 u16x20 64x10 u64x10 16x20"} FIGURES=$OUT/figures.jsonl PYTEST_WRAP=$wrap \
+  AB_STUDY=${AB2_STUDY:-"16x20 u16x20 64x10 u64x10 16x20 n16x20"} FIGURES=$OUT/figures.jsonl PYTEST_WRAP=$wrap \
     run_pytest ab2 "${AB2_LIMIT:-400}" test_ab.py profiles-ab2.toml --sglang-profile=ab-main,ab-same -k study
   stamp "ab_study.py"
   "$PY" benchmarks/gpu_h200/ab_study.py call-ab1=benchmarks/gpu_h200/results/ab1/figures.jsonl \

@@ -3,9 +3,10 @@ concurrency 16 fails as regressed, and the rounds of a few round lengths for ab_
 falls with pairs and round length). Each A/B's rounds are one JSON line in $FIGURES, whatever its verdict.
 
 Knobs from the environment: AB_ROUNDS (pairs of the gated comparisons, default 10), AB_TOLERANCE (default 10%),
-AB_STUDY ("requests x pairs" of the study runs, default "16x12"; empty: none; a leading "u", e.g. "u16x20", runs
-that one with every thread of both servers and of pytest let onto all CPUs, then put back: the unpinned control
-of a session whose profiles set `cpus`, run AB2). The regression's pair runs first, then A vs A and the study on
+AB_STUDY ("requests x pairs" of the study runs, default "16x12"; empty: none). Letters before one mark it: "u"
+(e.g. "u16x20") runs it with every thread of both servers and of pytest let onto all CPUs, then put back (the
+unpinned control of a session whose profiles set `cpus`, run AB2); "n" runs it without the telemetry sampler
+(its cost, beside the same study with it). The regression's pair runs first, then A vs A and the study on
 the other pair (three server startups in all, one pair alive at a time), so a run cut short by the device's limit
 loses the study first.
 """
@@ -25,7 +26,7 @@ from pytest_sglang.launch.process import OWNER_ENV
 GATE = dict(num_requests=64, concurrency=16, input_len=128, output_len=128)
 ROUNDS = int(os.environ.get("AB_ROUNDS", "10"))
 TOLERANCE = os.environ.get("AB_TOLERANCE", "10%")
-STUDY = [(s.startswith("u"), *(int(x) for x in s.removeprefix("u").split("x")))
+STUDY = [(s.rstrip("0123456789x"), *(int(x) for x in s.lstrip("un").split("x")))
          for s in os.environ.get("AB_STUDY", "16x12").split()]
 
 
@@ -75,7 +76,7 @@ def record(name: str, r, outcome=None, **extra) -> None:
                        "itl": {p: [x.median_itl_ms for x in rs] for p, rs in r.rounds.items()},
                        "started_at": {p: [x.started_at for x in rs] for p, rs in r.rounds.items()},
                        "duration": {p: [x.duration for x in rs] for p, rs in r.rounds.items()},
-                       "affinity": affinity(), "unpinned": False, **extra,
+                       "affinity": affinity(), "unpinned": False, "telemetry": True, **extra,
                        "num_requests": r.rounds[r.first][0].completed,
                        "gate": outcome.gate if outcome else None,
                        "message": outcome.gate_reason if outcome else None})
@@ -104,10 +105,10 @@ def test_a_vs_a_passes(sglang_ab):
 
 
 @pytest.mark.sglang_ab("ab-main", "ab-same")
-@pytest.mark.parametrize(("free", "num_requests", "pairs"), STUDY,
-                         ids=[f"{'u' if u else ''}{n}x{p}" for u, n, p in STUDY])
-def test_study_round_length(sglang_ab, free, num_requests, pairs):
+@pytest.mark.parametrize(("flags", "num_requests", "pairs"), STUDY, ids=[f"{f}{n}x{p}" for f, n, p in STUDY])
+def test_study_round_length(sglang_ab, flags, num_requests, pairs):
+    free, telemetry = "u" in flags, "n" not in flags
     with unpinned() if free else contextlib.nullcontext():
-        r = sglang_ab(**{**GATE, "num_requests": num_requests}, rounds=pairs, warmup=16)
+        r = sglang_ab(**{**GATE, "num_requests": num_requests}, rounds=pairs, warmup=16, telemetry=telemetry)
         during = affinity()
-    record(f"study-{'u' if free else ''}{num_requests}x{pairs}", r, unpinned=free, affinity=during)
+    record(f"study-{flags}{num_requests}x{pairs}", r, unpinned=free, telemetry=telemetry, affinity=during)
