@@ -71,7 +71,7 @@ def test_the_launched_tree_and_its_workers_run_on_the_profiles_cpus(pytester: py
             tree = [root, *root.children(recursive=True)]
             assert len(tree) >= 3, tree
             assert {{p.pid: p.cpu_affinity() for p in tree}} == {{p.pid: [{LAST_CPU}] for p in tree}}
-            assert os.sched_getaffinity(0) == set(psutil.Process().cpu_affinity())  # pytest itself not moved
+            assert sorted(os.sched_getaffinity(0)) == {sorted(os.sched_getaffinity(0))}  # pytest itself not moved
     """)
     result = pytester.runpytest_subprocess("--sglang-sim", "--sglang-profile=pinned")
     result.assert_outcomes(passed=1)
