@@ -293,7 +293,7 @@ stage_ab2() {  # AB2: the A-vs-A study pinned (profile key cpus) and unpinned, b
     "call-ab2=$OUT/figures.jsonl" "$OUT/ab-study.json"
   local rem=$(( ${AB2_END:-500} - (SECONDS - T0) ))
   if [ "$rem" -lt 45 ]; then echo "no time left for the client ceiling ($rem s)"; return 0; fi
-  stamp "client ceiling: 4 and 8 processes, 10 simulators on one port, limit $rem s"
+  stamp "client ceiling: 4 and 8 processes, ${CEIL_SIMS:-10} simulators on one port, limit $rem s"
   timeout -k 5 "$rem" "$PY" benchmarks/client_ceiling.py --levels 256,1024 --decode-tok-s 200 --output-len 200 \
     --waves 2 --client-processes 4,8 --sim-processes "${CEIL_SIMS:-10}" --json-out "$OUT/ceiling.json"
   echo "client ceiling exit $?"
