@@ -69,6 +69,10 @@ class ProfileError(PluginError):
     """A profile is unknown, malformed, or names a bad key or value."""
 
 
+class CpuAffinityError(ProfileError):
+    """A profile's ``cpus`` cannot be applied on this machine (a CPU it does not have, or no affinity here)."""
+
+
 class PortInUseError(PluginError):
     """Something already listens on the port the server was meant to take."""
 

@@ -111,6 +111,8 @@ def profile_lines(profile: Profile, settings: Settings) -> tuple[list[str], bool
     if profile.gpus is not None:
         rows.append(("gpus", f"{', '.join(map(str, profile.gpus))} (CUDA_VISIBLE_DEVICES="
                              f"{profile.launch_env['CUDA_VISIBLE_DEVICES']})"))
+    if profile.cpus is not None:
+        rows.append(("cpus", f"{', '.join(map(str, profile.cpus))} (the launched tree's CPU affinity)"))
     rows.append(("env", " ".join(f"{name}={_shown(name, value)}" for name, value in profile.env.items())
                  or "(none beyond pytest's own environment)"))
     knobs = " ".join(f"{k}={v!r}" for k, v in profile.sim.items()) or "(defaults)"

@@ -61,9 +61,11 @@ PROFILE_KEYS: dict[str, Key] = {
     "gpus": Key((list,), "a list of GPU indices such as [0] or [0, 1], exported as CUDA_VISIBLE_DEVICES"),
     "slurm": Key((dict,), "a table such as { nodes = 2, gpus_per_node = 8, partition = 'gpu', time = '02:00:00' }",
                  "update"),
+    "cpus": Key((list, str), "CPU indices such as [0, 1, 2, 3] or a string such as '0-6' or '0-3,8'"),
 }
 SIM_KNOBS = frozenset(f.name for f in fields(Knobs))
 SIM_FAULTS = (None, *FAULTS)
+_CPU_RANGE = re.compile(r"^\s*(\d+)\s*(?:-\s*(\d+)\s*)?$")
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
 
@@ -92,6 +94,7 @@ class Profile:
     remote_log_dir: str | None = None  # default: a folder under the host's temp dir
     gpus: tuple[int, ...] | None = None  # exported as CUDA_VISIBLE_DEVICES (two A/B servers on their own GPUs)
     slurm: SlurmSpec | None = None  # spread over nodes through one srun step (launch/slurm.py)
+    cpus: tuple[int, ...] | None = None  # the launched tree's CPU affinity (two A/B servers off each other's cores)
     unset: Mapping[str, str] = field(default_factory=dict, repr=False)  # key -> why its ${VAR} is unset
 
     @property
@@ -299,6 +302,11 @@ class _Loader:
             raise ProfileError(f"{self.where(name, 'slurm')}: a profile runs either on an ssh host or through SLURM; "
                                "drop `ssh` (srun reaches the nodes) or `slurm`.")
         slurm = parse_slurm(self.where(name), merged["slurm"]) if "slurm" in merged else None
+        cpus = parse_cpus(self.where(name, "cpus"), merged["cpus"]) if "cpus" in merged else None
+        if cpus is not None and (ssh is not None or slurm is not None):
+            raise ProfileError(f"{self.where(name, 'cpus')}: `cpus` is applied to servers launched on this machine "
+                               f"only, not through {'ssh' if ssh is not None else 'SLURM'}; drop it, or pin the "
+                               "server in `command` (e.g. taskset -c 0-6 ...) on that host.")
         gpus = merged.get("gpus")
         if gpus is not None:
             if "CUDA_VISIBLE_DEVICES" in merged.get("env", {}):
@@ -342,8 +350,29 @@ class _Loader:
             remote_log_dir=merged.get("remote_log_dir"),
             gpus=tuple(int(g) for g in gpus) if gpus is not None else None,
             slurm=slurm,
+            cpus=cpus,
             unset=dict(self.unset.get(name, {})),
         )
+
+
+def parse_cpus(where: str, value: Any) -> tuple[int, ...]:
+    """``[0, 1, 2]`` or ``"0-6"`` / ``"0-3,8"`` (taskset's list form) as sorted, distinct CPU indices."""
+    how = "write e.g. cpus = [0, 1, 2, 3] or cpus = \"0-6\" (CPU numbers as `nproc` and taskset count them)"
+    if isinstance(value, str):
+        cpus: list[int] = []
+        for part in value.split(","):
+            match = _CPU_RANGE.match(part)
+            low, high = (int(match.group(1)), int(match.group(2) or match.group(1))) if match else (0, -1)
+            if high < low:
+                raise ProfileError(f"{where}: {value!r} is not a CPU list ({part.strip()!r}); {how}.")
+            cpus += range(low, high + 1)
+    else:
+        cpus = [int(c) for c in value if str(c).isdigit()]
+        if len(cpus) != len(value):
+            raise ProfileError(f"{where}: {value!r} is not a list of CPU indices; {how}.")
+    if not cpus or len(set(cpus)) != len(cpus):
+        raise ProfileError(f"{where}: {value!r} is not a list of distinct CPU indices; {how}.")
+    return tuple(sorted(cpus))
 
 
 def _as_raw(profile: Profile) -> dict[str, Any]:

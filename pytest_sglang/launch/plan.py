@@ -201,10 +201,12 @@ def _probe_paths(profile: Profile, kind: Kind, health_path: str | None) -> tuple
 def _fingerprint(profile: Profile, kind: Kind, argv: list[str], sim: bool) -> str:
     from pytest_sglang import __version__
 
-    shape = {
+    shape: dict[str, object] = {
         "kind": kind.name, "argv": argv, "env": profile.launch_env, "sim": dict(profile.sim) if sim else None,
         "ready_pattern": profile.ready_pattern, "health_path": profile.health_path, "plugin": __version__,
     }
+    if profile.cpus is not None:
+        shape["cpus"] = list(profile.cpus)
     # A digest, not the values: the fingerprint is stored on disk and the args may hold an --api-key.
     return hashlib.sha256(json.dumps(shape, sort_keys=True).encode()).hexdigest()
 

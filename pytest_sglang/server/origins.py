@@ -12,6 +12,7 @@ from urllib.parse import urlsplit
 
 from pytest_sglang.config import KINDS, SGLANG, Profile
 from pytest_sglang.errors import (
+    CpuAffinityError,
     Diagnosis,
     ProfileError,
     ServerStartupError,
@@ -74,7 +75,9 @@ def start_server(plan: LaunchPlan, *, on_status: StatusCallback = ignore, on_rec
     check_port_free(plan.host, plan.port, plan.health_path)
     try:
         process = ServerProcess(plan.argv, env=plan.env, log_path=plan.log_path,
-                                reap_on_parent_death=reap and not keep, guardian_pid=guardian_pid)
+                                reap_on_parent_death=reap and not keep, guardian_pid=guardian_pid, cpus=profile.cpus)
+    except CpuAffinityError as exc:
+        raise CpuAffinityError(f"{profile.source}: profile {profile.name!r}, key 'cpus': {exc}") from None
     except OSError as exc:  # the program is there but cannot be run (no exec bit on a mount, a script's shebang)
         raise ServerStartupError(
             f"could not run {plan.argv[0]}: {exc.strerror or exc}", profile=profile.name, log_path=None,
