@@ -9,7 +9,6 @@ from types import SimpleNamespace
 import pytest
 
 from pytest_sglang.config import Profile
-from pytest_sglang.config.profiles import load_profiles
 from pytest_sglang.kinds import GENERIC, SGLANG, VLLM
 from pytest_sglang.launch.plan import Readiness, plan_launch
 from pytest_sglang.server.origins import attach_readiness, startup_wait
@@ -29,13 +28,6 @@ command = ["serve"]
 kind = "vllm"
 model = "m"
 """
-
-
-@pytest.fixture(scope="module")
-def profiles(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Profile]:
-    root = tmp_path_factory.mktemp("readiness")
-    (root / "pyproject.toml").write_text(PROFILES)
-    return dict(load_profiles(root, None).profiles)
 
 
 @pytest.mark.parametrize(("name", "readiness", "said"), [

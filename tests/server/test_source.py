@@ -8,7 +8,6 @@ from typing import cast
 import pytest
 
 from pytest_sglang.config import Profile
-from pytest_sglang.config.profiles import load_profiles
 from pytest_sglang.distributed import WORKER_OUTPUT, ControllerRun
 from pytest_sglang.errors import PluginError
 from pytest_sglang.server.record import StartupRecord
@@ -23,13 +22,6 @@ ssh = "gpu-box"
 [tool.pytest_sglang.profiles.nodes]
 slurm = { nodes = 2 }
 """
-
-
-@pytest.fixture(scope="module")
-def profiles(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Profile]:
-    root = tmp_path_factory.mktemp("source")
-    (root / "pyproject.toml").write_text(PROFILES)
-    return dict(load_profiles(root, None).profiles)
 
 
 @pytest.mark.parametrize(("profile", "asked", "source"), [
