@@ -97,5 +97,5 @@ class StartupRecord:
         for phase, at in sorted(self.phases.items(), key=lambda kv: kv[1]):
             steps.append(f"{previous_name} {at - previous_at:.1f}s")
             previous_name, previous_at = phase, at
-        where = {"ssh": f" on {self.host} over ssh", "slurm": " across SLURM nodes"}.get(self.origin, "")
+        where = {"ssh": " over ssh", "slurm": " across SLURM nodes"}.get(self.origin, "")
         return f"{name}: ready{where} in {self.startup_seconds or 0.0:.1f} s  [" + " | ".join(steps) + "]"

@@ -98,7 +98,7 @@ def test_remote_facts(sglang_server, sglang_baseline):
                                  "*[[]sglang gpu[]] started on sshd-test (pid *), reached through ssh -L 127.0.0.1:*"
                                  ": log sshd-test:*gpu-*.log, copied to *gpu.log",
                                  "*[[]sglang direct[]] started on sshd-test (pid *), reached directly: log *",
-                                 "gpu: ready in * s  [[]launch *load_weights*"])
+                                 "gpu: ready over ssh in * s  [[]launch *load_weights*"])
     copied = {Path(line.rsplit(" ", 1)[1]) for line in result.stdout.lines if "copied to" in line}
     remote = {Path(line.split("REMOTE ", 1)[1].split()[0]) for line in result.stdout.lines if "REMOTE " in line}
     assert len(remote) == 2 and all(p.parent.name == "remote" for p in remote), remote  # under the host's temp dir

@@ -63,7 +63,7 @@ def record(origin: str, **facts: object) -> StartupRecord:
 
 @pytest.mark.parametrize(("origin", "summary"), [
     ("launched", "p: ready in 12.5 s  [launch 2.0s | load_weights 10.5s]"),
-    ("ssh", "p: ready on gpu-box over ssh in 12.5 s  [launch 2.0s | load_weights 10.5s]"),
+    ("ssh", "p: ready over ssh in 12.5 s  [launch 2.0s | load_weights 10.5s]"),
     ("slurm", "p: ready across SLURM nodes in 12.5 s  [launch 2.0s | load_weights 10.5s]"),
     ("joined", "p: joined another xdist worker's server, pid 7 on port 30000 (it started in 12.5 s)"),
     ("reused", "p: reused the kept server, pid 7 on port 30000 (it started in 12.5 s)"),
