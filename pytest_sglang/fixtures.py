@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from pytest_sglang.bench.ab import ABResult
     from pytest_sglang.bench.outputs import Output, OutputComparison
     from pytest_sglang.bench.sweep import BenchFixture
+    from pytest_sglang.exchange import Published
     from pytest_sglang.server import ServerHandle
 
 
@@ -99,24 +100,25 @@ class ResultsView:
         shared = self._plugin.shared
         deadline = time.monotonic() + RESULT_WAIT_SECONDS
         while shared is not None:
-            self._take_in(shared.published())
+            self._take_in(shared.results.entries())
             now = time.monotonic()
             if done(now) or now > deadline:
                 return
             time.sleep(0.5)
 
-    def _take_in(self, entries: list[dict[str, Any]]) -> None:
+    def _take_in(self, entries: list[Published]) -> None:
         """Other workers' benchmark results and greedy outputs, into this ledger."""
         from pytest_sglang.bench.outputs import Output, OutputSet
+        from pytest_sglang.exchange import PublishedOutputs
 
         seen = {(b.profile, b.nodeid) for b in self._ledger.from_other_workers}
         for entry in entries:
-            if entry.get("kind") == "outputs":
-                self._ledger.outputs.setdefault(entry["profile"], OutputSet(entry["profile"])).add(
-                    [Output.from_dict(o) for o in entry["outputs"]])
-            elif (entry["profile"], entry["nodeid"]) not in seen:
+            if isinstance(entry, PublishedOutputs):
+                self._ledger.outputs.setdefault(entry.profile, OutputSet(entry.profile)).add(
+                    [Output.from_dict(o) for o in entry.outputs])
+            elif (entry.profile, entry.nodeid) not in seen:
                 self._ledger.from_other_workers.append(
-                    BenchEntry(entry["profile"], entry["test_id"], entry["nodeid"], entry["result"]))
+                    BenchEntry(entry.profile, entry.test_id, entry.nodeid, entry.result))  # type: ignore[arg-type]
 
     def _await_results(self, profiles: list[str], test: str) -> None:
         self._await_other_workers(lambda _now: all(self._ledger.find(p, test) is not None for p in profiles))
@@ -234,8 +236,9 @@ def sglang_outputs(request: pytest.FixtureRequest, sglang_server: ServerHandle) 
                                  max_tokens=max_tokens, model=client.model())
         plugin.ledger.outputs.setdefault(sglang_server.profile, OutputSet(sglang_server.profile)).add(got)
         if plugin.shared is not None:
-            plugin.shared.publish({"kind": "outputs", "profile": sglang_server.profile,
-                                   "outputs": [o.to_dict() for o in got]})
+            from pytest_sglang.exchange import PublishedOutputs
+
+            plugin.shared.results.publish(PublishedOutputs(sglang_server.profile, [o.to_dict() for o in got]))
         return got
 
     return outputs

@@ -72,8 +72,10 @@ class Measurements:
             server.check_alive(wait=5.0)
         self.ledger.add_bench(server.profile, test_id, request.node.nodeid, result)
         if self.shared is not None:
-            self.shared.publish({"profile": server.profile, "test_id": test_id, "nodeid": request.node.nodeid,
-                                 "result": result.to_dict()})
+            from pytest_sglang.exchange import PublishedBench
+
+            self.shared.results.publish(PublishedBench(server.profile, test_id, request.node.nodeid,
+                                                       result.to_dict()))
         request.node.user_properties.extend(junit_properties(result))
         return result
 

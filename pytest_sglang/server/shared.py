@@ -29,6 +29,7 @@ from typing import Any
 from filelock import FileLock
 
 from pytest_sglang.errors import PluginError, ServerDiedError
+from pytest_sglang.exchange import ResultsExchange
 from pytest_sglang.launch.members import pid_alive
 from pytest_sglang.launch.plan import LaunchPlan, base_url
 from pytest_sglang.launch.release import kill_and_release
@@ -73,6 +74,7 @@ class SharedServers:
         self.folder = folder
         self.controller_pid = controller_pid
         self.concurrent_profiles = concurrent_profiles
+        self.results = ResultsExchange(folder / "results")  # what each worker measured, for the others
 
     @classmethod
     def create(cls, base: Path, *, concurrent_profiles: bool = False) -> SharedServers:
@@ -117,22 +119,6 @@ class SharedServers:
                     stopped.append(f"{state.profile}: pid {state.pid}")
         shutil.rmtree(self.folder, ignore_errors=True)
         return stopped
-
-    def publish(self, entry: dict[str, Any]) -> None:
-        """A benchmark result or greedy outputs this worker measured, for the other workers' comparisons."""
-        folder = self.folder / "results"
-        folder.mkdir(exist_ok=True, mode=0o700)
-        path = folder / f"{os.getpid()}-{time.time_ns()}.json"
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(entry, default=str), encoding="utf-8")
-        os.replace(tmp, path)
-
-    def published(self) -> list[dict[str, Any]]:
-        found = []
-        for path in sorted((self.folder / "results").glob("*.json")):
-            with contextlib.suppress(OSError, ValueError):
-                found.append(json.loads(path.read_text(encoding="utf-8")))
-        return found
 
     def release(self, profile: str) -> None:
         """This worker's tests of ``profile`` are done; the server stays up for the others."""
