@@ -13,10 +13,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
-import requests
 
 from pytest_sglang import distributed
-from pytest_sglang.config.profiles import ProfileSet, load_profiles
 from pytest_sglang.errors import PluginError, ServerDiedError
 from pytest_sglang.measure import Measurements
 from pytest_sglang.nodes import fail_with
@@ -24,6 +22,7 @@ from pytest_sglang.session import SessionLedger
 from pytest_sglang.settings import Settings, add_options
 
 if TYPE_CHECKING:
+    from pytest_sglang.config.profiles import ProfileSet
     from pytest_sglang.server import ServerHandle, StartupRecord
 
 pytest_plugins = ("pytest_sglang.fixtures",)
@@ -77,6 +76,8 @@ class SGLangPlugin:
 
     def profiles(self) -> ProfileSet:
         if self._profiles is None:
+            from pytest_sglang.config.profiles import load_profiles
+
             self._profiles = load_profiles(self.settings.rootdir, self.settings.config_path)
         return self._profiles
 
@@ -196,6 +197,8 @@ class SGLangPlugin:
         except ServerDiedError as exc:
             fail_with(exc)
         except Exception as exc:
+            import requests
+
             # A request that broke mid-test (a reset socket, vLLM's 500 as its engine dies) is usually the crash
             # itself: report the crash, not the symptom. Other failures pass through untouched.
             broken_request = isinstance(exc, (requests.ConnectionError, requests.exceptions.ChunkedEncodingError,
@@ -231,8 +234,6 @@ class SGLangPlugin:
     # Summary and reports.
 
     def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
-        from pytest_sglang.report import terminal_lines
-
         if self.ledger.startups:
             terminalreporter.section("sglang servers")
             for record in self.ledger.startups.values():
@@ -240,6 +241,8 @@ class SGLangPlugin:
             for kept in self.ledger.kept:
                 terminalreporter.write_line(f"kept: {kept}; stop it with `pytest --sglang-stop`")
         if self._has_benches() or self.ledger.startup_checks:
+            from pytest_sglang.report import terminal_lines
+
             terminalreporter.section("sglang benchmarks")
             for line in terminal_lines(self.report()):
                 terminalreporter.write_line(line)
@@ -265,8 +268,6 @@ class SGLangPlugin:
         self.run.gather(getattr(node, "workeroutput", {}), self.ledger)
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
-        from pytest_sglang.report import append_step_summary, write_html, write_json
-
         if self.shared is not None:
             distributed.send_to_controller(self.config, self.ledger, self.report())
         for line in self.run.stop_servers():
@@ -274,6 +275,8 @@ class SGLangPlugin:
         path = self.settings.report_path
         if self.shared is not None or not (path or (self._has_benches() and os.environ.get("GITHUB_STEP_SUMMARY"))):
             return  # an xdist worker's figures are written by the controller, with every other worker's
+        from pytest_sglang.report import append_step_summary, write_html, write_json
+
         report = self.report()
         if path:
             json_path = write_json(path, report)

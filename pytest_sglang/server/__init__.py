@@ -5,11 +5,29 @@
     handle.py   ServerHandle = record + Liveness (launched, attached, kept)
     origins.py  launch_server, attach_server
     reuse.py    KeptServers: --sglang-reuse and --sglang-stop
+
+The names load on first use: pytest imports server.record with the plugin in every run, and the rest (the
+watcher, the launcher, requests, psutil) only a run that uses a server needs.
 """
 
-from pytest_sglang.server.handle import ServerHandle
-from pytest_sglang.server.origins import attach_server, launch_server
-from pytest_sglang.server.record import StartupRecord
-from pytest_sglang.server.reuse import KeptServers
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pytest_sglang.server.handle import ServerHandle
+    from pytest_sglang.server.origins import attach_server, launch_server
+    from pytest_sglang.server.record import StartupRecord
+    from pytest_sglang.server.reuse import KeptServers
+
+_HOMES = {"ServerHandle": "handle", "attach_server": "origins", "launch_server": "origins",
+          "StartupRecord": "record", "KeptServers": "reuse"}
 
 __all__ = ["KeptServers", "ServerHandle", "StartupRecord", "attach_server", "launch_server"]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _HOMES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{_HOMES[name]}"), name)
