@@ -64,6 +64,10 @@ class ProfileError(PluginError):
     """A profile is unknown, malformed, or names a bad key or value."""
 
 
+class EnvKnobError(PluginError):
+    """A PYTEST_SGLANG_* environment variable holds a value the plugin cannot use."""
+
+
 class PortInUseError(PluginError):
     """Something already listens on the port the server was meant to take."""
 

@@ -19,7 +19,7 @@ from pytest_sglang.errors import PluginError, ServerDiedError
 from pytest_sglang.measure import Measurements
 from pytest_sglang.nodes import fail_with
 from pytest_sglang.session import SessionLedger
-from pytest_sglang.settings import Settings, add_options
+from pytest_sglang.settings import Settings, add_options, sim_without_profile
 
 if TYPE_CHECKING:
     from pytest_sglang.config.profiles import ProfileSet
@@ -91,11 +91,13 @@ class SGLangPlugin:
         problem = self.settings.usage_problem()
         if problem:
             raise pytest.UsageError(problem)
-        if self.settings.profiles:
-            try:
+        try:
+            if self.settings.profiles:
                 self.profiles().select(list(self.settings.profiles))
-            except PluginError as exc:
-                raise pytest.UsageError(str(exc)) from None
+            elif self.settings.sim and not self.settings.url:
+                raise pytest.UsageError(sim_without_profile(sorted(self.profiles().profiles)))
+        except PluginError as exc:
+            raise pytest.UsageError(str(exc)) from None
 
     def pytest_generate_tests(self, metafunc: pytest.Metafunc) -> None:
         params = self.params()

@@ -46,5 +46,6 @@ def test_a_run_that_uses_no_server_loads_nothing_more(pytester: pytest.Pytester)
     result.assert_outcomes(passed=1)
     modules = next(line for line in result.outlines if line.startswith("MODULES")).split()[1:]
     heavy = next(line for line in result.outlines if line.startswith("HEAVY")).split()[1:]
-    assert set(modules) == ENTRY_MODULES | {"pytest_sglang.fixtures"}
+    # The fixtures register at the start; the environment knobs are checked there (a bad one is a usage error).
+    assert set(modules) == ENTRY_MODULES | {"pytest_sglang.fixtures", "pytest_sglang.envknobs"}
     assert not heavy, f"a run without a server loaded {heavy}"

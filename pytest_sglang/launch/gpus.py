@@ -13,12 +13,12 @@ of which match the server's, and the check passes at once (it never waits for no
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 from dataclasses import dataclass
 
-QUERY_ENV = "PYTEST_SGLANG_GPU_QUERY"
+from pytest_sglang.envknobs import env_knobs
+
 SMI_TIMEOUT_SECONDS = 10.0
 
 
@@ -37,10 +37,10 @@ class GpuUse:
 
 def gpu_processes() -> list[GpuUse] | None:
     """Every compute process on every GPU; None where no GPU can be asked."""
-    choice = os.environ.get(QUERY_ENV, "").strip().lower()
+    choice = env_knobs().gpu_query
     if choice == "off":
         return None
-    if choice in ("", "nvml"):
+    if choice in (None, "nvml"):
         found = _nvml()
         if found is not None or choice == "nvml":
             return found

@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import os
 import time
-from urllib.parse import urlsplit
 
-from pytest_sglang.errors import Diagnosis, ProfileError, register_arg_secrets, register_env_secrets, register_secret
+from pytest_sglang.errors import Diagnosis, register_arg_secrets, register_env_secrets, register_secret
 from pytest_sglang.launch.plan import LaunchPlan, auth_headers
 from pytest_sglang.launch.ports import check_port_free
 from pytest_sglang.launch.process import ProcessTree, ServerProcess
@@ -18,6 +17,7 @@ from pytest_sglang.launch.release import stop_and_release, wait_for_dying_holder
 from pytest_sglang.server.handle import FAILURE_GRACE_SECONDS, AttachedLiveness, LaunchedLiveness, ServerHandle
 from pytest_sglang.server.ready import Probe, RecordCallback, StatusCallback, Wait, ignore, wait_for
 from pytest_sglang.server.record import StartupRecord
+from pytest_sglang.server.url import server_root
 from pytest_sglang.watch import LogTail, LogWatcher
 
 ATTACH_TIMEOUT_SECONDS = 10.0
@@ -85,19 +85,11 @@ def attach_server(url: str, *, profile: str, kind: str = "sglang", health_path: 
                   api_key: str | None = None, on_status: StatusCallback = ignore, on_record: RecordCallback = ignore,
                   timeout: float = ATTACH_TIMEOUT_SECONDS) -> ServerHandle:
     """A handle on a server that is already running (--sglang-url): nothing is launched or killed."""
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ProfileError(f"--sglang-url={url!r} is not an http(s) URL such as http://127.0.0.1:30000.")
-    port = parts.port or (443 if parts.scheme == "https" else 80)
-    root = f"{parts.scheme}://{parts.netloc}"
-    if parts.path.strip("/") or parts.query:
-        raise ProfileError(
-            f"--sglang-url={url} has a path ({parts.path}): give the server's root, --sglang-url={root}; the "
-            "plugin adds /v1/completions, /health and the other paths itself.")
+    server = server_root(url)
     register_secret(api_key)
-    probe = Probe(root, health_path or "/", auth_headers(api_key))
+    probe = Probe(server.root, health_path or "/", auth_headers(api_key))
     template = StartupRecord(profile=profile, kind=kind, origin="attached", outcome="ready",
-                             host=parts.hostname, port=port)
+                             host=server.host, port=server.port)
     wait = Wait(
         template=template, timeout=timeout, started_at=time.monotonic(), probe=probe,
         timeout_headline=lambda: (f"--sglang-url server does not answer GET {probe.path} with 200 at {url} "

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pytest_sglang.baseline.machine import Machine, name_machine, parse_gpus
+from pytest_sglang.envknobs import env_knobs
 from pytest_sglang.errors import (
     PluginError,
     RemoteDiedError,
@@ -24,7 +25,7 @@ from pytest_sglang.errors import (
     register_secret,
 )
 from pytest_sglang.launch.plan import LaunchPlan
-from pytest_sglang.launch.remote import HEARTBEAT_TIMEOUT, HEARTBEAT_TIMEOUT_ENV, RemoteServer, plan_remote, run_agent
+from pytest_sglang.launch.remote import HEARTBEAT_TIMEOUT, RemoteServer, plan_remote, run_agent
 from pytest_sglang.server.handle import FAILURE_GRACE_SECONDS, LaunchedLiveness, ServerHandle
 from pytest_sglang.server.origins import startup_wait
 from pytest_sglang.server.ready import Probe, RecordCallback, StatusCallback, ignore, wait_for
@@ -49,7 +50,7 @@ def launch_remote_server(plan: LaunchPlan, *, on_status: StatusCallback = ignore
     register_env_secrets(os.environ)
     register_arg_secrets(plan.argv)
     rplan = plan_remote(plan)
-    remote = RemoteServer(rplan, heartbeat_timeout=float(os.environ.get(HEARTBEAT_TIMEOUT_ENV) or HEARTBEAT_TIMEOUT))
+    remote = RemoteServer(rplan, heartbeat_timeout=env_knobs().ssh_heartbeat_timeout or HEARTBEAT_TIMEOUT)
     remote.start()
     via = f"through ssh -L {rplan.forward}" if rplan.forward else "directly"
     on_status(f"[sglang {profile.name}] started on {remote.host} (pid {remote.pid} there), reached {via}: log "
