@@ -4,7 +4,8 @@
 
 Every run is a whole `python -m pytest -q -p no:cacheprovider` process in an empty temporary project (one test
 file with one plain test, no `--sglang-*` option), timed from spawn to exit (wall) and by its CPU
-(RUSAGE_CHILDREN). Variants, interleaved run by run so machine load falls on all alike:
+(RUSAGE_CHILDREN). Bytecode is cached (PYTHONPYCACHEPREFIX, a private folder) as it is for an installed package;
+a warm-up run of each variant fills it. Variants, interleaved run by run so machine load falls on all alike:
 
 - `no:sglang`: the plugin installed but disabled, pytest's own start;
 - `current`: the plugin of this checkout (on PYTHONPATH, as the tests run it);
@@ -43,9 +44,16 @@ def extract_revision(rev: str, into: Path) -> Path:
     return into
 
 
+def run_env(code: Path, pycache: Path) -> dict[str, str]:
+    """The plugin's code on PYTHONPATH, its bytecode cached (as an installed package's is) in a private folder."""
+    env = {**os.environ, "PYTHONPATH": str(code), "PYTHONPYCACHEPREFIX": str(pycache)}
+    for name in ("PYTEST_ADDOPTS", "PYTHONDONTWRITEBYTECODE"):
+        env.pop(name, None)
+    return env
+
+
 def one_run(project: Path, code: Path, disable: bool) -> tuple[float, float]:
-    env = {**os.environ, "PYTHONPATH": str(code)}
-    env.pop("PYTEST_ADDOPTS", None)
+    env = run_env(code, project.parent / "pycache")
     argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"] + (["-p", "no:sglang"] if disable else [])
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
@@ -56,7 +64,7 @@ def one_run(project: Path, code: Path, disable: bool) -> tuple[float, float]:
 
 
 def loaded_modules(project: Path, code: Path) -> str:
-    env = {**os.environ, "PYTHONPATH": str(code)}
+    env = run_env(code, project.parent / "pycache")
     return subprocess.run([sys.executable, "-c", MODULES_PROBE], cwd=project, env=env, check=True,
                           capture_output=True, text=True).stdout.strip()
 
