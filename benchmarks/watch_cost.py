@@ -43,6 +43,7 @@ import os, time
 def test_ready(sglang_server):  # under --when=session the log is written now: wait until it all is
     assert sglang_server.phases["ready"] > 0
     while sglang_server.log_path.stat().st_size < int(os.environ["FEED_BYTES"]):
+        sglang_server.check_alive()  # as each test's start does: reads what the server logged since
         time.sleep(0.2)
 
 def test_still_alive(sglang_server):
