@@ -11,8 +11,9 @@ a warm-up run of each variant fills it. Variants, interleaved run by run so mach
 - `current`: the plugin of this checkout (on PYTHONPATH, as the tests run it);
 - `REV` (with --rev): the plugin of git revision REV (`git archive` into a temporary folder, on PYTHONPATH).
 
-The figure is each variant's median minus the `no:sglang` median. It also prints which pytest_sglang modules a
-plain `import pytest_sglang.plugin` loads for each variant.
+The figure is each variant's median minus the `no:sglang` median; beside it the median of the run-by-run
+differences (each run beside the `no:sglang` run next to it, which cancels slower drift of the load). It also
+prints which pytest_sglang modules a plain `import pytest_sglang.plugin` loads for each variant.
 """
 
 from __future__ import annotations
@@ -94,11 +95,13 @@ def main() -> None:
         modules = {name: loaded_modules(project, code) for name, (code, disable) in variants.items() if not disable}
     base_wall, base_cpu = statistics.median(walls["no:sglang"]), statistics.median(cpus["no:sglang"])
     print(f"{args.runs} runs each, interleaved; load average {os.getloadavg()[0]:.2f}")
-    print(f"{'variant':<14} {'wall ms':>8} {'+ms':>6} {'cpu ms':>8} {'+ms':>6}")
+    print(f"{'variant':<14} {'wall ms':>8} {'+ms':>6} {'cpu ms':>8} {'+ms':>6}   paired +ms (wall, cpu)")
     for name in variants:
         wall, cpu = statistics.median(walls[name]), statistics.median(cpus[name])
+        paired = [statistics.median(a - b for a, b in zip(runs[name], runs["no:sglang"], strict=True)) * 1e3
+                  for runs in (walls, cpus)]
         print(f"{name:<14} {wall * 1e3:8.0f} {(wall - base_wall) * 1e3:6.0f} {cpu * 1e3:8.0f} "
-              f"{(cpu - base_cpu) * 1e3:6.0f}")
+              f"{(cpu - base_cpu) * 1e3:6.0f}   {paired[0]:6.0f} {paired[1]:6.0f}")
     for name, line in modules.items():
         print(f"import pytest_sglang.plugin ({name}): modules added, pytest_sglang ones: {line}")
     if args.out:

@@ -14,8 +14,6 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_sglang.server.record import StartupRecord
-
 if TYPE_CHECKING:
     from pytest_sglang.server.shared import SharedServers
     from pytest_sglang.session import SessionLedger
@@ -65,6 +63,8 @@ class ControllerRun:
         sent = output.get(WORKER_OUTPUT)
         if not sent:
             return
+        from pytest_sglang.server.record import StartupRecord
+
         for data in sent["startups"]:
             record = StartupRecord.from_json(data)
             known = ledger.startups.get(record.profile)

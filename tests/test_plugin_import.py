@@ -10,11 +10,10 @@ from pathlib import Path
 
 import pytest
 
-# What the entry point itself needs: options, hooks, the session ledger and its record type.
+# What the entry point itself needs: options, hooks, the session ledger (its records load with the first server).
 ENTRY_MODULES = {
     "pytest_sglang", "pytest_sglang.distributed", "pytest_sglang.errors", "pytest_sglang.measure",
-    "pytest_sglang.nodes", "pytest_sglang.plugin", "pytest_sglang.server", "pytest_sglang.server.record",
-    "pytest_sglang.session", "pytest_sglang.settings",
+    "pytest_sglang.nodes", "pytest_sglang.plugin", "pytest_sglang.session", "pytest_sglang.settings",
 }
 HEAVY = {"requests", "urllib3", "psutil", "filelock", "tomllib", "asyncio", "http.client"}
 
