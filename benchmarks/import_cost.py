@@ -11,9 +11,11 @@ a warm-up run of each variant fills it. Variants, interleaved run by run so mach
 - `current`: the plugin of this checkout (on PYTHONPATH, as the tests run it);
 - `REV` (with --rev): the plugin of git revision REV (`git archive` into a temporary folder, on PYTHONPATH).
 
-The figure is each variant's median minus the `no:sglang` median; beside it the median of the run-by-run
-differences (each run beside the `no:sglang` run next to it, which cancels slower drift of the load). It also
-prints which pytest_sglang modules a plain `import pytest_sglang.plugin` loads for each variant.
+The figure is each variant's median minus the `no:sglang` median (wall and CPU); beside it the median of the run-by-run
+differences (each run beside the `no:sglang` run next to it, which cancels slower drift of the load). Then, less
+swayed by load, `python -X importtime` runs of the same pytest: the pytest_sglang modules' own import time summed,
+median of --runs. It also prints which pytest_sglang modules a plain `import pytest_sglang.plugin` loads for each
+variant.
 """
 
 from __future__ import annotations
@@ -64,6 +66,15 @@ def one_run(project: Path, code: Path, disable: bool) -> tuple[float, float]:
     return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
+def import_ms(project: Path, code: Path) -> float:
+    """One pytest run under `python -X importtime`: the self time of every pytest_sglang module, summed (ms)."""
+    argv = [sys.executable, "-X", "importtime", "-m", "pytest", "-q", "-p", "no:cacheprovider"]
+    err = subprocess.run(argv, cwd=project, env=run_env(code, project.parent / "pycache"), check=True,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True).stderr
+    rows = (line.split(":", 1)[1].split("|") for line in err.splitlines() if line.startswith("import time:"))
+    return sum(int(own) for own, _, name in rows if name.strip().startswith("pytest_sglang")) / 1e3
+
+
 def loaded_modules(project: Path, code: Path) -> str:
     env = run_env(code, project.parent / "pycache")
     return subprocess.run([sys.executable, "-c", MODULES_PROBE], cwd=project, env=env, check=True,
@@ -92,7 +103,12 @@ def main() -> None:
                 wall, cpu = one_run(project, code, disable)
                 walls[name].append(wall)
                 cpus[name].append(cpu)
-        modules = {name: loaded_modules(project, code) for name, (code, disable) in variants.items() if not disable}
+        plugin_variants = {name: code for name, (code, disable) in variants.items() if not disable}
+        imports: dict[str, list[float]] = {name: [] for name in plugin_variants}
+        for _ in range(args.runs):
+            for name, code in plugin_variants.items():
+                imports[name].append(import_ms(project, code))
+        modules = {name: loaded_modules(project, code) for name, code in plugin_variants.items()}
     base_wall, base_cpu = statistics.median(walls["no:sglang"]), statistics.median(cpus["no:sglang"])
     print(f"{args.runs} runs each, interleaved; load average {os.getloadavg()[0]:.2f}")
     print(f"{'variant':<14} {'wall ms':>8} {'+ms':>6} {'cpu ms':>8} {'+ms':>6}   paired +ms (wall, cpu)")
@@ -102,10 +118,14 @@ def main() -> None:
                   for runs in (walls, cpus)]
         print(f"{name:<14} {wall * 1e3:8.0f} {(wall - base_wall) * 1e3:6.0f} {cpu * 1e3:8.0f} "
               f"{(cpu - base_cpu) * 1e3:6.0f}   {paired[0]:6.0f} {paired[1]:6.0f}")
+    for name, values in imports.items():
+        print(f"python -X importtime, pytest_sglang modules' own import time ({name}): median "
+              f"{statistics.median(values):.1f} ms (min {min(values):.1f}, max {max(values):.1f})")
     for name, line in modules.items():
         print(f"import pytest_sglang.plugin ({name}): modules added, pytest_sglang ones: {line}")
     if args.out:
-        args.out.write_text(json.dumps({"runs": args.runs, "wall": walls, "cpu": cpus, "modules": modules},
+        args.out.write_text(json.dumps({"runs": args.runs, "wall": walls, "cpu": cpus, "import_ms": imports,
+                                        "modules": modules},
                                        indent=1))
 
 
