@@ -6,8 +6,8 @@
     origins.py  launch_server, attach_server
     reuse.py    KeptServers: --sglang-reuse and --sglang-stop
 
-The names load on first use: pytest imports server.record with the plugin in every run, and the rest (the
-watcher, the launcher, requests, psutil) only a run that uses a server needs.
+The names load on first use: the plugin is imported by every pytest run where it is installed, and these
+modules (with the watcher, the launcher, requests and psutil) only a run that uses a server needs.
 """
 
 from __future__ import annotations
