@@ -2,12 +2,15 @@
 
     python benchmarks/watch_cost.py [--runs 5] [--log-mb 100] [--rev REV] [--out results.json]
 
-A fake server (readiness.py's generated log: a real SGLang 0.5.23 startup, then TP0-TP3 "Prefill batch" and
+A fake server (readiness.py's generated log: a real SGLang 0.5.23 startup where ../shared/samples is beside the
+checkout, then TP0-TP3 "Prefill batch" and
 "Decode batch" lines, uvicorn access-log lines and CUDA-graph capture bars redrawn with \\r) writes the whole
 log in 64 KiB writes, then its ready line, while a real `python -m pytest --sglang-profile=feed` run waits for
 it; a second server test follows, so the session's liveness check reads on too. The figure is the pytest
-process's own CPU (RUSAGE_SELF at pytest_unconfigure: not the server's), the same run with a 1 MB log
-subtracted (pytest's start, the launch and the teardown), scaled to 100 MB. Beside it: one `grep -c Traceback`
+process's own CPU (RUSAGE_SELF from pytest_sessionstart to pytest_unconfigure: not the server's, not the
+interpreter's start; bytecode cached), the same run with a 1 MB log subtracted (the launch and the teardown),
+scaled to 100 MB. --when=session writes the log after the ready line instead, while the tests run.
+--mb-per-s paces the writes (default: as fast as the pipe takes them). Beside it: one `grep -c Traceback`
 pass over the same file. With --rev REV the plugin of git revision REV (`git archive` into a temporary folder,
 on PYTHONPATH) runs too, interleaved run by run.
 """
@@ -31,10 +34,16 @@ from readiness import GREP_PASS, STREAM_SERVER, generate_log, grep_cpu  # noqa: 
 CONFTEST = r'''
 import json, os, resource
 
-def pytest_unconfigure(config):
+def _cpu():
     usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+def pytest_sessionstart(session):
+    session.config.feed_cpu_at_start = _cpu()
+
+def pytest_unconfigure(config):
     with open(os.environ["FEED_OUT"], "w") as f:
-        json.dump({"cpu_s": usage.ru_utime + usage.ru_stime}, f)
+        json.dump({"cpu_s": _cpu() - config.feed_cpu_at_start}, f)
 '''
 
 TESTS = '''
@@ -64,8 +73,9 @@ SESSION_SERVER = PACED_SERVER.replace(
 def one_run(root: Path, source: Path, code: Path, n: int, mb_per_s: float) -> float:
     out = root / f"feed-{n}.json"
     env = {**os.environ, "FEED_OUT": str(out), "PYTHONPATH": str(code), "FEED_BYTES": str(source.stat().st_size),
-           "FEED_MB_PER_S": str(mb_per_s)}
-    env.pop("PYTEST_ADDOPTS", None)
+           "FEED_MB_PER_S": str(mb_per_s), "PYTHONPYCACHEPREFIX": str(root / "pycache")}
+    for name in ("PYTEST_ADDOPTS", "PYTHONDONTWRITEBYTECODE"):
+        env.pop(name, None)
     (root / "pyproject.toml").write_text(
         "[tool.pytest_sglang.profiles.feed]\nkind = \"sglang\"\nhealth_path = \"/health\"\nstartup_timeout = 600\n"
         f"command = [\"{{python}}\", \"{root / 'stream_server.py'}\", \"{{port}}\", \"{source}\"]\n")
