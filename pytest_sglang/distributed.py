@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from pytest_sglang.settings import Settings
 
 WORKER_INPUT = "sglang_shared"
+WORKER_SIM_RUN = "sglang_sim_run"  # the controller's SimRun (sim/drift.py): one drift for every worker's servers
 WORKER_OUTPUT = "sglang_ledger"
 
 
@@ -32,6 +33,12 @@ def worker_servers(config: pytest.Config) -> SharedServers | None:
 
     return SharedServers(Path(given["folder"]), controller_pid=int(given["controller_pid"]),
                          concurrent_profiles=bool(given["concurrent_profiles"]))
+
+
+def worker_sim_run(config: pytest.Config) -> str | None:
+    """On an xdist worker, the run's simulator identity the controller drew; None elsewhere."""
+    given = getattr(config, "workerinput", {}).get(WORKER_SIM_RUN)
+    return str(given) if given else None
 
 
 def send_to_controller(config: pytest.Config, ledger: SessionLedger, report: dict[str, Any]) -> None:

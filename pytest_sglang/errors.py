@@ -108,6 +108,10 @@ class ProfileComparisonError(PluginError, AssertionError):
     """One profile did not beat another by the margin asked for."""
 
 
+class ABStartupError(PluginError):
+    """One server of an A/B pair could not start: which one, beside what, and what to change."""
+
+
 @dataclass
 class Diagnosis:
     """What the log said about a failure: the facts an error message is built from."""

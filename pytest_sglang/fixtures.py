@@ -1,4 +1,5 @@
-"""The fixtures: ``sglang_server``, ``sglang_bench``, ``sglang_outputs``, ``sglang_baseline``, ``sglang_results``.
+"""The fixtures: ``sglang_server``, ``sglang_bench``, ``sglang_outputs``, ``sglang_baseline``, ``sglang_results``,
+``sglang_ab``.
 
 Registered through plugin.py (which imports them); each hands its work to the session's SGLangPlugin.
 """
@@ -24,6 +25,7 @@ OUTPUTS_SETTLE_SECONDS = 60.0
 if TYPE_CHECKING:
     from pytest_sglang.baseline import Comparison
     from pytest_sglang.bench import BenchResult
+    from pytest_sglang.bench.ab import ABResult
     from pytest_sglang.bench.outputs import Output, OutputComparison
     from pytest_sglang.bench.sweep import BenchFixture
     from pytest_sglang.server import ServerHandle, StartupRecord
@@ -166,9 +168,11 @@ def sglang_server(request: pytest.FixtureRequest) -> Generator[ServerHandle, Non
         if param not in plugin.ledger.startups:
             plugin.ledger.add_startup(_failed_before_launch(param, exc))
         fail_with(exc)
+    plugin.pool.adopt(server)  # an A/B test of this profile uses it rather than launching another
     try:
         yield server
     finally:
+        plugin.pool.forget(server)
         server.close()
 
 
@@ -228,6 +232,57 @@ def sglang_outputs(request: pytest.FixtureRequest, sglang_server: ServerHandle) 
         return got
 
     return outputs
+
+
+@pytest.fixture
+def sglang_ab(request: pytest.FixtureRequest) -> Callable[..., ABResult]:
+    """``sglang_ab(num_requests=64, concurrency=16, input_len=128, output_len=128, rounds=10, warmup=1, ...)``
+    in a test marked ``@pytest.mark.sglang_ab("main", "candidate")``: both profiles' servers alive, rounds
+    interleaved A B B A ... after a warmup of each; returns an ABResult (``ratio``, ``ci``, ``p_value``,
+    ``pairs``, ``rounds``) whose ``check(output_throughput="5%")`` judges the second against the first.
+    ``together=False`` in the marker: one server at a time, first, second, first again (bracketing)."""
+    plugin = plugin_of(request.config)
+    first, second, together = _ab_marker(request)
+    if plugin.settings.url:
+        pytest.fail("sglang_ab launches both profiles' servers; --sglang-url attaches to one running server. Run "
+                    "the A/B tests without --sglang-url.", pytrace=False)
+    selected = plugin.params()
+    missing = [p for p in (first, second) if p not in selected]
+    if missing:
+        pytest.skip(f"A/B {first} vs {second}: profile {missing[0]!r} is not selected (selected: "
+                    f"{', '.join(selected) or 'none'}); pass --sglang-profile="
+                    f"{','.join(dict.fromkeys([*selected, first, second]))} to run it")
+    if plugin.shared is not None:
+        pytest.fail("sglang_ab does not run under pytest-xdist yet (both servers of a pair must be alive in one "
+                    "process and its rounds must not share the machine with other workers' load): run the A/B "
+                    "tests in a pytest call without -n (e.g. `pytest -m sglang_ab`).", pytrace=False)
+
+    if together:  # started here, in setup, so that neither startup counts against the test's --timeout
+        try:
+            plugin.pool.acquire([first, second])
+        except PluginError as exc:
+            fail_with(exc)
+
+    def ab(**kwargs: Any) -> ABResult:
+        return plugin.measure.run_ab(request, plugin.pool, (first, second), together, kwargs)
+
+    return ab
+
+
+def _ab_marker(request: pytest.FixtureRequest) -> tuple[str, str, bool]:
+    marker = request.node.get_closest_marker("sglang_ab")
+    usage = 'mark the test @pytest.mark.sglang_ab("main", "candidate") (the reference profile first)'
+    if marker is None:
+        pytest.fail(f"the sglang_ab fixture needs to know which two profiles to compare: {usage}", pytrace=False)
+    args, together = marker.args, marker.kwargs.get("together", True)
+    unknown = set(marker.kwargs) - {"together"}
+    if len(args) != 2 or not all(isinstance(a, str) and a for a in args) or args[0] == args[1] or unknown:
+        pytest.fail(f"@pytest.mark.sglang_ab takes two different profile names and together=True|False, got "
+                    f"args {args!r}, kwargs {marker.kwargs!r}: {usage}", pytrace=False)
+    if not isinstance(together, bool):
+        pytest.fail(f"@pytest.mark.sglang_ab(..., together=...) must be True or False, got {together!r}",
+                    pytrace=False)
+    return args[0], args[1], together
 
 
 class BaselineFixture:

@@ -12,8 +12,11 @@ from pytest_sglang.nodes import fail_with, strip_param
 
 if TYPE_CHECKING:
     from pytest_sglang.baseline import BaselineChecker, Comparison
+    from pytest_sglang.baseline.engine import ABComparison
     from pytest_sglang.bench import BenchResult
+    from pytest_sglang.bench.ab import ABResult
     from pytest_sglang.server import ServerHandle
+    from pytest_sglang.server.pool import ServerPool
     from pytest_sglang.server.shared import SharedServers
     from pytest_sglang.session import SessionLedger
     from pytest_sglang.settings import Settings
@@ -108,3 +111,60 @@ class Measurements:
         if comp.failed:
             pytest.fail(comp.failure_message(), pytrace=False)
         return comp
+
+    def run_ab(self, request: pytest.FixtureRequest, pool: ServerPool, pair: tuple[str, str], together: bool,
+               kwargs: dict[str, Any]) -> ABResult:
+        """``sglang_ab(**workload, rounds=N, warmup=W)``: both profiles' rounds, interleaved with both servers
+        alive (or bracketed, one at a time), recorded for the report; its ``check`` fails the test."""
+        from pytest_sglang.baseline.checks import gate_options
+        from pytest_sglang.bench import run_bench
+        from pytest_sglang.bench.ab import run_bracketed, run_interleaved, workload_of
+        from pytest_sglang.errors import BenchmarkFailedError, PluginError
+        from pytest_sglang.report import ab_properties
+
+        rounds, warmup = kwargs.get("rounds", 10), kwargs.get("warmup", 1)
+        workload = workload_of(kwargs)
+        first, second = pair
+        confidence, max_cv = gate_options(self.settings.gate_defaults)
+        gate = {"confidence": confidence, "max_cv_pct": max_cv}
+        live: dict[str, ServerHandle] = {}
+
+        def switch(profile: str) -> None:
+            live.clear()
+            live[profile] = pool.acquire([profile])[0]
+
+        def run_round(profile: str, warm: int) -> BenchResult:
+            server = live[profile]
+            try:
+                return run_bench(server, warmup=warm, profile=profile, **workload)
+            except BenchmarkFailedError as exc:
+                for handle in live.values():
+                    handle.check_alive(wait=5.0)  # requests that failed as a server died: report the death
+                fail_with(exc)
+
+        try:
+            if together:
+                live.update(zip(pair, pool.acquire(pair), strict=True))
+                result = run_interleaved(first, second, run_round, rounds=rounds, warmup=warmup, **gate)
+            else:
+                result = run_bracketed(first, second, run_round, rounds=rounds, warmup=warmup, switch=switch,
+                                       **gate)
+        except PluginError as exc:
+            fail_with(exc)
+        result.on_check = lambda outcome: self._ab_checked(request, outcome)
+        self.ledger.add_ab(request.node.nodeid, result)
+        request.node.user_properties.extend(ab_properties(result))
+        return result
+
+    def _ab_checked(self, request: pytest.FixtureRequest, outcome: ABComparison) -> None:
+        import warnings
+
+        from pytest_sglang.baseline import NotJudgedWarning
+
+        request.node.user_properties.extend([("sglang_gate", outcome.gate)] + (
+            [("sglang_gate_reason", outcome.gate_reason)] if outcome.gate_reason else []))
+        for judged in outcome.not_judged:
+            warnings.warn(NotJudgedWarning(judged.message), stacklevel=3)
+        if outcome.failed:
+            pytest.fail(outcome.failure_message(), pytrace=False)
+

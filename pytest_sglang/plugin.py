@@ -6,6 +6,7 @@ session ledger that the summary and the report read.
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from collections.abc import Generator
@@ -39,6 +40,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "sglang: test uses an LLM inference server (set by pytest-sglang)")
     config.addinivalue_line("markers", "sglang_compare: compares profiles' results; runs after all others")
+    config.addinivalue_line("markers", "sglang_ab(first, second, together=True): the sglang_ab fixture compares "
+                                       "profile `second` with `first`, both servers alive (together=False: one at "
+                                       "a time, bracketed); runs after the other server tests")
     config.pluginmanager.register(SGLangPlugin(config), PLUGIN_NAME)
 
 
@@ -71,6 +75,16 @@ class SGLangPlugin:
         self.shared = distributed.worker_servers(config)  # under pytest-xdist: the run's shared servers
         self.measure = Measurements(self.settings, self.ledger, self.shared)
         self.run = distributed.ControllerRun(self.settings)  # the xdist controller's side (inert elsewhere)
+        from pytest_sglang.server.pool import ServerPool
+
+        self.pool = ServerPool(self.open_server)  # the servers A/B tests need alive at once
+
+    @functools.cached_property
+    def sim_run(self) -> str:
+        """One drift for every simulator of this pytest run (drawn on first use; the xdist controller's)."""
+        from pytest_sglang.sim.drift import SimRun
+
+        return distributed.worker_sim_run(self.config) or SimRun.draw().to_env()
 
     # Profiles and parametrization.
 
@@ -107,11 +121,15 @@ class SGLangPlugin:
     @pytest.hookimpl(trylast=True)
     def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
         for item in items:
-            if "sglang_server" in getattr(item, "fixturenames", ()):
+            if {"sglang_server", "sglang_ab"} & set(getattr(item, "fixturenames", ())):
                 item.add_marker("sglang")
+        # A/B tests after the others, grouped by pair (a pair's servers launch once), comparisons last.
+        ab = [i for i in items if i.get_closest_marker("sglang_ab") and not i.get_closest_marker("sglang_compare")]
+        pairs = list(dict.fromkeys(_ab_pair(i) for i in ab))
+        ab.sort(key=lambda i: pairs.index(_ab_pair(i)))
         last = [i for i in items if i.get_closest_marker("sglang_compare")]
-        if last:
-            items[:] = [i for i in items if not i.get_closest_marker("sglang_compare")] + last
+        if ab or last:
+            items[:] = [i for i in items if i not in ab and i not in last] + ab + last
 
     # Servers.
 
@@ -130,7 +148,7 @@ class SGLangPlugin:
         if self._log_dir is None:
             self._log_dir = self.settings.make_log_dir()
         plan = plan_launch(profile, sim=self.settings.sim, log_dir=self._log_dir,
-                           startup_timeout=self.settings.startup_timeout)
+                           startup_timeout=self.settings.startup_timeout, sim_run=self.sim_run)
         if profile.ssh:  # on another host: the remote origin (server/remote.py)
             from pytest_sglang.server.remote import launch_remote_server
 
@@ -166,6 +184,10 @@ class SGLangPlugin:
     @pytest.hookimpl(optionalhook=True, tryfirst=True)
     def pytest_timeout_set_timer(self, item: pytest.Item, settings: Any) -> bool | None:
         param = _server_param(item)
+        pair = _ab_pair(item) if "sglang_ab" in getattr(item, "fixturenames", ()) else ()
+        if pair and not set(pair) <= set(self.pool.alive()):
+            item.stash[DEFERRED_TIMEOUT] = settings  # sglang_ab's setup starts the pair's servers
+            return True
         if param is None or param in self.ledger.startups:
             return None
         item.stash[DEFERRED_TIMEOUT] = settings
@@ -264,12 +286,14 @@ class SGLangPlugin:
     @pytest.hookimpl(optionalhook=True)
     def pytest_configure_node(self, node: Any) -> None:
         node.workerinput[distributed.WORKER_INPUT] = self.run.folder_for_workers()
+        node.workerinput[distributed.WORKER_SIM_RUN] = self.sim_run
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_testnodedown(self, node: Any, error: object) -> None:
         self.run.gather(getattr(node, "workeroutput", {}), self.ledger)
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        self.pool.release()
         if self.shared is not None:
             distributed.send_to_controller(self.config, self.ledger, self.report())
         for line in self.run.stop_servers():
@@ -287,7 +311,7 @@ class SGLangPlugin:
             append_step_summary(report)
 
     def _has_benches(self) -> bool:
-        return bool(self.ledger.benches or self.run.bench_count)
+        return bool(self.ledger.benches or self.ledger.ab or self.run.bench_count)
 
 
 def _server_param(item: pytest.Item) -> str | None:
@@ -295,6 +319,11 @@ def _server_param(item: pytest.Item) -> str | None:
     callspec = getattr(item, "callspec", None)
     param = callspec.params.get("sglang_server") if callspec is not None else None
     return param if isinstance(param, str) else None
+
+
+def _ab_pair(item: pytest.Item) -> tuple[str, ...]:
+    marker = item.get_closest_marker("sglang_ab")
+    return tuple(str(a) for a in marker.args) if marker is not None else ()
 
 
 def _junit_startup(record: StartupRecord) -> list[tuple[str, object]]:

@@ -14,6 +14,7 @@ from pytest_sglang.errors import ProfileComparisonError, ResultNotFoundError
 if TYPE_CHECKING:
     from pytest_sglang.baseline import Comparison
     from pytest_sglang.bench import BenchResult
+    from pytest_sglang.bench.ab import ABResult
     from pytest_sglang.bench.outputs import OutputSet
     from pytest_sglang.server.record import StartupRecord
 
@@ -28,6 +29,13 @@ class BenchEntry:
     outcome: str | None = None  # "passed", "failed", ... once the test has finished
 
 
+@dataclass
+class ABEntry:
+    nodeid: str
+    result: ABResult
+    outcome: str | None = None
+
+
 class SessionLedger:
     """Every startup record, benchmark result and comparison of this session, keyed by profile."""
 
@@ -35,6 +43,7 @@ class SessionLedger:
         self.startups: dict[str, StartupRecord] = {}
         self.server_versions: dict[str, str | None] = {}  # profile -> "sglang 0.5.23", asked once
         self.benches: list[BenchEntry] = []
+        self.ab: list[ABEntry] = []  # the sglang_ab fixture's runs
         self.startup_checks: list[Comparison] = []  # checks of startup_seconds, which belong to no benchmark
         self.notes: list[str] = []
         self.kept: list[str] = []  # servers left running for --sglang-reuse, as "name: pid N on port P"
@@ -50,12 +59,20 @@ class SessionLedger:
         self.benches.append(entry)
         return entry
 
+    def add_ab(self, nodeid: str, result: ABResult) -> ABEntry:
+        entry = ABEntry(nodeid, result)
+        self.ab.append(entry)
+        return entry
+
     def entries_for(self, nodeid: str) -> list[BenchEntry]:
         return [b for b in self.benches if b.nodeid == nodeid]
 
     def set_outcome(self, nodeid: str, outcome: str) -> None:
         for entry in self.entries_for(nodeid):
             entry.outcome = outcome
+        for ab in self.ab:
+            if ab.nodeid == nodeid:
+                ab.outcome = outcome
 
     @property
     def profiles(self) -> list[str]:
@@ -84,6 +101,8 @@ class SessionLedger:
         from pytest_sglang.baseline import compare_profiles
 
         outcome = compare_profiles(better, self.get(better, test), other, self.get(other, test), test, margins)
+        if outcome.message not in self.notes:  # the ratio, its interval and p-value, in the summary
+            self.notes.append(outcome.message)
         if outcome.failed:
             raise ProfileComparisonError(outcome.message)
         return dict(outcome.gains)

@@ -77,6 +77,9 @@ def profile_lines(profile: Profile, settings: Settings) -> tuple[list[str], bool
         rows.append(("command", shlex.join(plan.argv)))
         rows.append(("listens on", f"{plan.host}:{plan.port}" + (
             "" if profile.port else " (the port is an example: a free one is chosen at each launch)")))
+    if profile.gpus is not None:
+        rows.append(("gpus", f"{', '.join(map(str, profile.gpus))} (CUDA_VISIBLE_DEVICES="
+                             f"{profile.launch_env['CUDA_VISIBLE_DEVICES']})"))
     rows.append(("env", " ".join(f"{name}={_shown(name, value)}" for name, value in profile.env.items())
                  or "(none beyond pytest's own environment)"))
     knobs = " ".join(f"{k}={v!r}" for k, v in profile.sim.items()) or "(defaults)"

@@ -76,7 +76,9 @@ def dead_pid() -> int:
 
 
 FAKE_SMI = r'''#!{python}
-"""A stand-in for nvidia-smi: config lines "PID MIB HOLDER_PID"; PID is reported while HOLDER_PID lives."""
+"""A stand-in for nvidia-smi: config lines "PID MIB HOLDER_PID"; PID is reported while HOLDER_PID lives.
+--query-gpu answers each field asked of two GPUs from FAKE_GPU_READINGS ({{"1": {{"power.draw": 300}}}}), [N/A]
+for a field it does not set; --id=0,1 picks GPUs."""
 import os, sys
 calls = os.environ.get("FAKE_GPU_CALLS")
 if calls:
@@ -88,9 +90,19 @@ def alive(pid):
             return fh.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
     except OSError:
         return False
-if any(a.startswith("--query-gpu=") for a in sys.argv):
-    print("0, 00000000:1B:00.0")
-    print("1, 00000000:43:00.0")
+query = next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--query-gpu=")), None)
+if query is not None:
+    gpus = [{{"index": 0, "pci.bus_id": "00000000:1B:00.0"}}, {{"index": 1, "pci.bus_id": "00000000:43:00.0"}}]
+    readings = os.environ.get("FAKE_GPU_READINGS")
+    if readings and os.path.exists(readings):
+        import json
+        with open(readings) as fh:
+            for index, fields in json.load(fh).items():
+                gpus[int(index)].update(fields)
+    ids = next((a.split("=", 1)[1].split(",") for a in sys.argv if a.startswith("--id=")), None)
+    for gpu in gpus:
+        if ids is None or str(gpu["index"]) in ids:
+            print(", ".join(str(gpu.get(name, "[N/A]")) for name in query.split(",")))
     sys.exit(0)
 if not any(a.startswith("--query-compute-apps=") for a in sys.argv):
     sys.exit(6)
@@ -115,6 +127,7 @@ class FakeGpu:
         self.bin.mkdir()
         self.config = folder / "gpu-config.txt"
         self.calls = folder / "gpu-calls.txt"
+        self.readings = folder / "gpu-readings.json"
         smi = self.bin / "nvidia-smi"
         smi.write_text(FAKE_SMI.format(python=sys.executable))
         smi.chmod(0o755)
@@ -123,10 +136,25 @@ class FakeGpu:
         with open(self.config, "a") as fh:
             fh.write(f"{pid} {mib} {holder or pid}\n")
 
+    def read_as(self, index: int, **fields: float) -> None:
+        """What GPU ``index`` reads from now on, by nvidia-smi field name: ``read_as(1, **{"power.draw": 300})``."""
+        import json
+
+        current = json.loads(self.readings.read_text()) if self.readings.exists() else {}
+        current.setdefault(str(index), {}).update(fields)
+        self.readings.write_text(json.dumps(current))
+
     def queries(self) -> list[str]:
         return self.calls.read_text().splitlines() if self.calls.exists() else []
+
+    def install(self, monkeypatch: pytest.MonkeyPatch) -> FakeGpu:
+        """Put this nvidia-smi first for the rest of the test (the variables of :meth:`env`)."""
+        for name, value in self.env().items():
+            monkeypatch.setenv(name, value)
+        return self
 
     def env(self) -> dict[str, str]:
         """The variables that put this nvidia-smi first and make the plugin ask it."""
         return {"PATH": f"{self.bin}{os.pathsep}{os.environ['PATH']}", "PYTEST_SGLANG_GPU_QUERY": "nvidia-smi",
-                "FAKE_GPU_CONFIG": str(self.config), "FAKE_GPU_CALLS": str(self.calls)}
+                "FAKE_GPU_CONFIG": str(self.config), "FAKE_GPU_CALLS": str(self.calls),
+                "FAKE_GPU_READINGS": str(self.readings)}

@@ -45,6 +45,8 @@ def test_a_run_that_uses_no_server_loads_nothing_more(pytester: pytest.Pytester)
     result.assert_outcomes(passed=1)
     modules = next(line for line in result.outlines if line.startswith("MODULES")).split()[1:]
     heavy = next(line for line in result.outlines if line.startswith("HEAVY")).split()[1:]
-    # The fixtures register at the start; the environment knobs are checked there (a bad one is a usage error).
-    assert set(modules) == ENTRY_MODULES | {"pytest_sglang.fixtures", "pytest_sglang.envknobs"}
+    # The fixtures register at the start; the environment knobs are checked there (a bad one is a usage error);
+    # the plugin holds the (empty) pool of servers that A/B tests keep alive together.
+    assert set(modules) == ENTRY_MODULES | {"pytest_sglang.fixtures", "pytest_sglang.envknobs",
+                                            "pytest_sglang.server", "pytest_sglang.server.pool"}
     assert not heavy, f"a run without a server loaded {heavy}"

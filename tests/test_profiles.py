@@ -72,6 +72,8 @@ def test_malformed_toml_names_file_and_line(tmp_path: Path) -> None:
         ('ready_pattern = "(unclosed"\n', "ready_pattern", 2, "not a valid regex"),
         ('startup_timeout = -1\n', "startup_timeout", 2, "must be positive"),
         ('sim = { fault = "segfault" }\n', "sim", 2, "fault 'segfault' is not one of"),
+        ('sim = { session_drift = -0.2 }\n', "sim", 2, "session_drift must be >= 0, got -0.2"),
+        ('sim = { wander = "slow" }\n', "sim", 2, "wander must be a number, got 'slow'"),
         ('model = "${NOT_SET_ANYWHERE}/m"\n', "model", 2, "${NOT_SET_ANYWHERE} is not set"),
     ],
 )

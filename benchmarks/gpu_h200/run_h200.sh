@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The plugin's whole flow on the lent H200: real SGLang 0.5.23 first, `transformers serve` as the second server.
 # One stage per device call (from the repo root):
-#   device run (carry .whl-sglang):  bash benchmarks/gpu_h200/run_h200.sh F     (or A, B, C, E, T)
+#   device run (carry .whl-sglang):  bash benchmarks/gpu_h200/run_h200.sh F     (or A, AB, B, C, E, T, TEL)
 # A: install the carried wheels; machine facts; make the model; session "record" (default profile,
 #    --sglang-update-baseline, the gated benchmark plus NOISE_REPEATS repeats and the sweep); copy default's
 #    baseline entries to the nograph profile; session "check" (default then nograph, no update: default's
@@ -20,6 +20,15 @@
 # G: the CI script users copy (examples/ci/run-gpu-ci.sh) on real SGLang: record default's baseline
 #    (--update-baseline), copy its entries to nograph, then check default and nograph: gate.py must pass
 #    default and block on nograph's regression (exit 1).
+# AB: interleaved A/B, real SGLang, the servers of each pair alive at once on the one GPU (profiles-ab.toml,
+#    --mem-fraction-static 0.25 each; test_ab.py): ab-same vs ab-main (same flags) must pass, ab-mrr12
+#    (--max-running-requests 12 at concurrency 16) vs ab-main must fail as regressed, plus study runs at other
+#    round lengths; $OUT/figures.jsonl gets each A/B's rounds, ab_study.py turns them into $OUT/ab-study.json
+#    (the paired spread by pairs and round length, the pairs a 5 % and a 10 % change need).
+# TEL: issue 20's telemetry: baseline and eagle3 (profiles-eagle3.toml, --enable-metrics) through test_telemetry.py
+#    in one session recording its baseline (energy per token beside tok/s), the GPU and /metrics series in
+#    report-tel.json, plotted in report-tel.html, the sampler's own cost; then the client ceiling at concurrency
+#    64, 256 and 1024, one event loop and 8 processes, beside sglang.bench_serving (vllm is not installed there).
 # Everything goes to $OUT: terminal.txt, results.json, the reports, baselines.json, bundle.tar.gz (logs, HTML).
 set -u
 STAGE=${1:-A}
@@ -215,13 +224,32 @@ stage_g() {  # G: examples/ci/run-gpu-ci.sh, record then check, on the gated tes
   nvidia-smi --query-compute-apps=pid,used_memory --format=csv; pgrep -af "sglang.launch_server" || echo "no server left"
 }
 
+stage_ab() {  # AB: interleaved A/B on one GPU, then the spread study
+  setup || return 1
+  FIGURES=$OUT/figures.jsonl run_pytest ab "${AB_LIMIT:-420}" test_ab.py profiles-ab.toml \
+    --sglang-profile=ab-main,ab-same,ab-mrr12
+  stamp "ab_study.py"
+  "$PY" benchmarks/gpu_h200/ab_study.py "$OUT/figures.jsonl" "$OUT/ab-study.json"
+}
+
+stage_tel() {  # TEL: telemetry of baseline and eagle3, recorded as a baseline; the ceiling past 50k tok/s
+  export DRAFT=$W/eagle3-random
+  setup || return 1
+  FIGURES=$OUT/figures.jsonl run_pytest tel "${TEL_LIMIT:-270}" test_telemetry.py profiles-eagle3.toml \
+    --sglang-profile=baseline,eagle3 --sglang-update-baseline --sglang-baseline="$W/out/baselines-tel.json"
+  stamp "client ceiling: 1 and 8 processes beside sglang.bench_serving, 6 simulators on one port"
+  timeout -k 5 "${CEIL_LIMIT:-110}" "$PY" benchmarks/client_ceiling.py --levels 64,256,1024 --decode-tok-s 200 \
+    --output-len 200 --waves 2 --client-processes 1,8 --sim-processes 6 --sglang-python "$PY" \
+    --tokenizer "$W/llama-random" --json-out "$W/out/ceiling.json"
+}
+
 { case "$STAGE" in A) stage_a ;; B) stage_b ;; C) stage_c ;; E) stage_e ;; T) stage_t ;; F) stage_f ;;
-    G) stage_g ;; *) echo "unknown stage $STAGE: A, B, C, E, F, G or T" ;; esac
+    G) stage_g ;; AB) stage_ab ;; TEL) stage_tel ;; *) echo "unknown stage $STAGE: A, AB, B, C, E, F, G, T or TEL" ;; esac
   stamp "summarize"
   "$PY" benchmarks/gpu_h200/summarize.py "$W/out" "$W/out/results.json"
   stamp "done"; } 2>&1 | tee "$OUT/terminal.txt"
 for f in results.json report-record.json report-check.json report-rerun.json report-eagle3.json \
-  report-tf-record.json report-tf-fault.json report-ci-check-nograph.json; do  # machine.json, release.jsonl: in the bundle (8 files come back)
+  report-tf-record.json report-tf-fault.json report-ci-check-nograph.json report-tel.json report-tel.html report-ab.json; do  # machine.json, release.jsonl: in the bundle (8 files come back)
   cp "$W/out/$f" "$OUT/" 2>/dev/null; done
 cp "$W/out/report-check.html" "$W/out/calibrate.md" "$OUT/" 2>/dev/null
 # logs trimmed: the first 400 and last 200 lines of each server log

@@ -7,7 +7,8 @@ figures (every round's) instead under ``update``. :class:`BaselineChecker` is th
 ``sglang_baseline`` fixture calls: one store, one mode, one machine per server version.
 
 Infrastructure outcomes are not regressions: a run with failed requests or a client-bound run (the load
-generator was the bottleneck) is not judged, and neither is a comparison too noisy to judge (CV over the
+generator was the bottleneck) is not judged, nor is a telemetry figure that was not measured (no GPU, no
+/metrics: the result's ``unmeasured(metric)`` says why), and neither is a comparison too noisy to judge (CV over the
 limit) or a ``3sigma`` tolerance without the baseline's spread. Such a check passes with a warning
 (:class:`NotJudgedWarning`) unless strict. :func:`gate_of` sums a benchmark's outcome up for CI:
 ``passed``, ``regressed``, ``not-judged`` (with the reason), ``recorded``, or None when nothing was checked.
@@ -25,7 +26,9 @@ from pytest_sglang.baseline.directions import Direction, Tolerance, direction, f
 from pytest_sglang.baseline.engine import (
     DEFAULT_CONFIDENCE,
     DEFAULT_MAX_CV_PCT,
+    SESSIONS_NEEDED,
     judge,
+    judge_sessions,
     metric_samples,
     metric_value,
 )
@@ -56,8 +59,10 @@ class Check:
     change_pct: float | None = None  # the figure's own change vs the baseline in % (a slower startup: +)
     message: str = ""
     rounds: int = 1  # this run's samples of the metric
-    baseline_rounds: int = 0  # the baseline's (0: none)
-    method: str | None = None  # "mann-whitney" (rounds on both sides) or "tolerance" (the tolerance alone)
+    baseline_rounds: int = 0  # the baseline's (0: none); its sessions with method "sessions"
+    method: str | None = None  # "sessions" (past sessions' spread), "mann-whitney" (rounds on both sides) or
+    # "tolerance" (the tolerance alone)
+    sessions: int = 0  # the baseline's recording sessions of the metric (older files: 1)
     p_value: float | None = None
     ci_pct: tuple[float, float] | None = None
     cv_pct: float | None = None
@@ -70,7 +75,7 @@ class Check:
                 "change_pct": self.change_pct, "message": self.message, "rounds": self.rounds,
                 "baseline_rounds": self.baseline_rounds, "method": self.method, "p_value": self.p_value,
                 "ci_pct": list(self.ci_pct) if self.ci_pct else None, "cv_pct": self.cv_pct,
-                "baseline_cv_pct": self.baseline_cv_pct, "reason": self.reason}
+                "baseline_cv_pct": self.baseline_cv_pct, "reason": self.reason, "sessions": self.sessions}
 
 
 @dataclass
@@ -143,11 +148,18 @@ def _as_list(value: float | Sequence[float] | None) -> list[float] | None:
 
 def compare_one(metric: str, current: float | Sequence[float] | None, baseline: float | Sequence[float] | None,
                 tolerance: Tolerance, *, profile: str, entry: Entry | None, confidence: float = DEFAULT_CONFIDENCE,
-                max_cv_pct: float | None = DEFAULT_MAX_CV_PCT, unjudged: str | None = None) -> Check:
+                max_cv_pct: float | None = DEFAULT_MAX_CV_PCT, unjudged: str | None = None,
+                sessions: Sequence[float] = ()) -> Check:
     """One metric (a figure or its rounds) against its baseline (likewise): ``no-baseline`` and ``missing``
-    here, ``not-judged`` for ``unjudged`` (an infrastructure reason), the rest by the engine."""
+    here, ``not-judged`` for ``unjudged`` (an infrastructure reason, or why the figure was not measured), the
+    rest by the engine: against the spread of the baseline's recording ``sessions`` (their medians) once it has
+    SESSIONS_NEEDED, else against its rounds, saying that the session noise is not yet known."""
     d = direction(metric)
     cur, base = _as_list(current), _as_list(baseline)
+    if cur is None and unjudged:
+        return Check(metric, None, metric_value({metric: base}, metric) if base else None, tolerance, d,
+                     "not-judged", message=f"{metric} not judged: {unjudged}", rounds=0,
+                     baseline_rounds=len(base or []), reason=unjudged)
     if base is None or entry is None:
         measured = fmt_value(metric, metric_value({metric: cur}, metric) or 0.0) if cur else "n/a"
         return Check(metric, metric_value({metric: cur}, metric) if cur else None, None, tolerance, d,
@@ -159,8 +171,13 @@ def compare_one(metric: str, current: float | Sequence[float] | None, baseline: 
                      message=f"{metric} regressed: this run has no value for it vs baseline "
                              f"{fmt_value(metric, base_median or 0.0)} ({_context(profile, entry)})",
                      rounds=0, baseline_rounds=len(base))
-    j = judge(metric, cur, base, tolerance, context=_context(profile, entry), confidence=confidence,
-              max_cv_pct=max_cv_pct)
+    if len(sessions) >= SESSIONS_NEEDED and min(sessions) > 0:
+        j = judge_sessions(metric, cur, sessions, tolerance, context=_context(profile, entry),
+                           confidence=confidence, max_cv_pct=max_cv_pct)
+    else:
+        unknown = f"session noise not yet known ({len(sessions)} of {SESSIONS_NEEDED} sessions)"
+        j = judge(metric, cur, base, tolerance, context=f"{_context(profile, entry)}; {unknown}",
+                  confidence=confidence, max_cv_pct=max_cv_pct)
     status: CheckStatus = j.status
     message, reason = j.message, j.reason
     if unjudged and status != "not-judged":
@@ -169,7 +186,8 @@ def compare_one(metric: str, current: float | Sequence[float] | None, baseline: 
     hint = "; record it with --sglang-update-baseline" if status == "improved" else ""
     return Check(metric, j.current, j.reference, tolerance, d, status, j.change_pct, message + hint,
                  rounds=j.current_n, baseline_rounds=j.reference_n, method=j.method, p_value=j.p_value,
-                 ci_pct=j.ci_pct, cv_pct=j.current_cv_pct, baseline_cv_pct=j.reference_cv_pct, reason=reason)
+                 ci_pct=j.ci_pct, cv_pct=j.current_cv_pct, baseline_cv_pct=j.reference_cv_pct, reason=reason,
+                 sessions=len(sessions))
 
 
 def infrastructure_problem(result: Any) -> str | None:
@@ -230,8 +248,11 @@ def compare(
     comp = Comparison(profile, test_id, machine, entry)
     for metric, tol in parsed.items():
         baseline = entry.samples_of(metric) if entry else None
+        unmeasured = getattr(result, "unmeasured", None)
+        why_none = unmeasured(metric) if callable(unmeasured) and not samples[metric] else None
         check = compare_one(metric, samples[metric], baseline, tol, profile=profile, entry=entry,
-                            confidence=confidence, max_cv_pct=max_cv_pct, unjudged=problem)
+                            confidence=confidence, max_cv_pct=max_cv_pct, unjudged=why_none or problem,
+                            sessions=entry.sessions_of(metric) if entry else ())
         comp.checks.append(check)
         if check.status == "improved" or (check.status == "ok" and "not significant" in check.message):
             comp.notes.append(check.message)

@@ -1,9 +1,11 @@
 """What each metric means for a comparison: which way is better, its unit, how to show it, how much it may move.
 
 :func:`direction` knows which way is worse: higher is better for throughputs and the accept length, lower for
-latencies (``*_ms``), ``duration``, ``failed`` and ``startup_seconds``; a name it does not know raises
-BaselineError. :class:`Tolerance` is ``"5%"`` (relative to the reference figure), an absolute amount in the
-metric's unit, or ``"3sigma"``: that many standard deviations of the baseline's rounds.
+latencies (``*_ms``), ``duration``, ``failed`` and ``startup_seconds``; of the GPU and server telemetry
+(bench/telemetry.py), tokens per joule, utilisation and SM clock are better higher, energy, power, memory,
+queue and KV-cache usage lower. A name it does not know raises BaselineError. :class:`Tolerance` is ``"5%"``
+(relative to the reference figure), an absolute amount in the metric's unit, or ``"3sigma"``: that many
+standard deviations of the baseline's rounds.
 """
 
 from __future__ import annotations
@@ -18,8 +20,10 @@ from pytest_sglang.errors import BaselineError
 Direction = Literal["higher", "lower"]
 
 _HIGHER = re.compile(r"(^|_)throughput$|^accept_length$|^completed$|^concurrency$|^max_output_tokens_per_s$"
-                     r"|^goodput$|^slo_attainment$")
-_LOWER = re.compile(r"_ms$|^duration$|^failed$|^startup_seconds$|_seconds$|^chunk_count_mismatches$")
+                     r"|^goodput$|^slo_attainment$|^output_tokens_per_joule$|^gpu_util_mean_pct$|^gpu_sm_clock_mean_mhz$")
+_LOWER = re.compile(r"_ms$|^duration$|^failed$|^startup_seconds$|_seconds$|^chunk_count_mismatches$"
+                    r"|^gpu_energy_j$|^energy_per_output_token_j$|^gpu_power_mean_w$|^gpu_memory_peak_mib$"
+                    r"|^server_queue_mean$|^server_kv_usage_peak$")
 
 
 def direction(metric: str) -> Direction:
@@ -31,7 +35,9 @@ def direction(metric: str) -> Direction:
     raise BaselineError(
         f"no direction known for metric {metric!r}: baselines compare throughputs (*_throughput, higher is "
         "better), goodput, slo_attainment and accept_length (higher), latencies (*_ms, lower), duration, failed "
-        "and startup_seconds (lower)"
+        "and startup_seconds (lower); of the telemetry, output_tokens_per_joule, gpu_util_mean_pct and "
+        "gpu_sm_clock_mean_mhz (higher), gpu_energy_j, energy_per_output_token_j, gpu_power_mean_w, "
+        "gpu_memory_peak_mib, server_queue_mean and server_kv_usage_peak (lower)"
     )
 
 
@@ -44,12 +50,17 @@ def unit(metric: str) -> str:
         return "ms"
     if metric.endswith("seconds") or metric == "duration":
         return "s"
-    return ""
+    return _UNITS.get(metric, "")
+
+
+_UNITS = {"gpu_energy_j": "J", "energy_per_output_token_j": "J", "output_tokens_per_joule": "tok/J",
+          "gpu_util_mean_pct": "%", "gpu_memory_peak_mib": "MiB", "gpu_power_mean_w": "W",
+          "gpu_sm_clock_mean_mhz": "MHz"}
 
 
 def fmt_value(metric: str, value: float) -> str:
     u = unit(metric)
-    digits = 1 if abs(value) >= 10 or u in ("tok/s",) else 2
+    digits = 1 if abs(value) >= 10 or u in ("tok/s",) else 2 if abs(value) >= 0.1 or value == 0 else 4
     text = f"{value:.{digits}f}"
     return f"{text} {u}" if u else text
 

@@ -6,6 +6,14 @@ against its stored baseline with a *tolerance*: how much worse it may be. A prof
 (:func:`compare_profiles`, behind ``sglang_results.compare``) judges one profile's figure against another's
 with a *margin*: how much better it must be.
 
+Sessions: a baseline that keeps the medians of its recording sessions (store.py, version 3) and has at least
+SESSIONS_NEEDED of them is judged by :func:`judge_sessions` instead: how much whole sessions differ, not how
+much one session's rounds do (on a real host sessions differ far more, docs/gpu.md). The new session's median
+regresses when even an unchanged session at the tolerance's edge would fall that low with chance at most
+``1 - confidence``: the one-sided prediction bound of the past sessions' medians (log scale, Student's t,
+stats.SessionSpread), shifted by the tolerance. With fewer sessions :func:`judge` applies and the check says
+that the session noise is not yet known.
+
 Either side is one figure or the samples of several rounds (``sglang_bench(rounds=N)``, a baseline recorded
 from them). With at least two samples a side, a baseline check fails only when the change of the medians is
 beyond the tolerance AND significant in the metric's bad direction: the one-sided Mann-Whitney U test at
@@ -14,7 +22,19 @@ message. With one sample on either side, or too few rounds for the test to reach
 tolerance alone decides, and the message says so. A side whose rounds spread more than ``max_cv_pct`` (CV, in
 percent) is ``not-judged``: "too noisy to judge". A ``3sigma`` tolerance is three standard deviations of the
 reference's samples; with one reference sample it cannot be judged either. Profile comparisons (margins)
-compare the medians.
+compare the medians; with rounds on both sides the message gives the ratio of the medians with its bootstrap
+interval and the rank-sum p-value ("eagle3 is 0.54x baseline (95% CI 0.52-0.56, 5 rounds vs 5, p=0.004)"),
+while the margin alone still decides.
+
+An A/B comparison (:func:`compare_ab`, behind the ``sglang_ab`` fixture) judges a second profile against a
+first measured in the same job. Interleaved (both servers alive, rounds A B B A ...): the paired ratios
+second/first of each pair, judged by the exact Wilcoxon signed-rank test of their logarithms, with the
+Hodges-Lehmann interval that goes with it (stats.py); the ratio shown is the median of the paired ratios.
+Significance there is two-sided at ``confidence`` (the one-sided p-value at most half of ``1 - confidence``,
+so that a change is significant exactly when its interval leaves 1 out): on a GPU host whose rounds spread
+25 %, a one-sided 5 % test let identical servers "regress" (benchmarks/RESULTS-ab.md). 6 pairs can reach it.
+Bracketed (first, second, first again): the second side's rounds against both first-side runs by the rank-sum
+test, the drift between the two first-side runs beside it; a drift past the tolerance is not judged.
 
 One sign convention everywhere: ``change_pct`` is the change of the figure itself (of the medians),
 ``(current - reference) / |reference| * 100``: a startup 47 % slower is +47.4, a throughput 6 % lower is
@@ -30,17 +50,28 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from pytest_sglang.baseline.directions import Direction, Tolerance, direction, fmt_value
-from pytest_sglang.baseline.stats import BOOTSTRAP_RESAMPLES, Alternative, bootstrap_change_ci, min_p, rank_sum_p
+from pytest_sglang.baseline.stats import (
+    BOOTSTRAP_RESAMPLES,
+    Alternative,
+    SessionSpread,
+    bootstrap_change_ci,
+    hodges_lehmann_ci,
+    min_p,
+    rank_sum_p,
+    signed_rank_min_p,
+    signed_rank_p,
+)
 from pytest_sglang.errors import BaselineError
 
 if TYPE_CHECKING:
     from pytest_sglang.bench.metrics import BenchResult
 
 Status = Literal["ok", "regressed", "improved", "not-judged"]
-Method = Literal["tolerance", "mann-whitney"]
+Method = Literal["tolerance", "mann-whitney", "sessions", "signed-rank"]
 
 DEFAULT_CONFIDENCE = 0.95
 DEFAULT_MAX_CV_PCT = 10.0  # rounds spread more than this (CV): too noisy to judge
+SESSIONS_NEEDED = 5  # past recording sessions before their spread, not the rounds', judges a baseline check
 
 
 def change_pct(current: float, reference: float) -> float:
@@ -161,9 +192,21 @@ def judge(
     if margin:
         status: Status = "regressed" if gain < bound else "ok"
         message = f"{metric}: {versus} ({shown}, {d} is better)"
+        p_margin: float | None = None
+        ci_margin: tuple[float, float] | None = None
+        if n >= 2 and m >= 2:  # rounds on both sides: the ratio's interval and its significance beside it
+            observed: Alternative = "less" if cur_med < ref_med else "greater"
+            p_margin = rank_sum_p(cur, ref, observed)
+            ci_margin = bootstrap_change_ci(cur, ref, confidence, resamples=resamples) if resamples > 0 else None
+            interval = (f"{confidence:.0%} CI {1 + ci_margin[0] / 100:.2f}-{1 + ci_margin[1] / 100:.2f}, "
+                        if ci_margin else "")
+            ratio = cur_med / ref_med if ref_med else math.inf
+            message = (f"{metric}: {current_label or 'this'} is {ratio:.2f}x {reference_label} ({interval}"
+                       f"{_rounds(n)} vs {m}, {_p(p_margin)}): {versus} ({shown}, {d} is better)")
         if status == "regressed":
             message += f"; needed a margin of {tolerance}"
-        return made(status, message, allowed=bound)
+        return made(status, message, method="mann-whitney" if p_margin is not None else "tolerance",
+                    p_value=p_margin, ci_pct=ci_margin, allowed=bound)
 
     noisy = [(cv, side, k) for cv, side, k in ((cur_cv, "this run", n), (ref_cv, "the baseline", m))
              if cv is not None and max_cv_pct is not None and cv > max_cv_pct]
@@ -218,6 +261,60 @@ def judge(
         f"{metric} {status} {size}"
     message = f"{head} ({reason}): {versus}{where}"
     return made(status, message, allowed=bound, reason=reason)
+
+
+def judge_sessions(
+    metric: str,
+    current: float | Sequence[float],
+    sessions: Sequence[float],
+    tolerance: Tolerance,
+    *,
+    context: str = "",
+    confidence: float = DEFAULT_CONFIDENCE,
+    max_cv_pct: float | None = None,
+) -> Judgement:
+    """Judge this session (a figure, or its rounds' median) against past sessions' medians (at least two,
+    positive): their geometric mean is the reference, their spread the noise; a ``sigma`` tolerance is in
+    standard deviations of the session medians. ``not-judged`` when this session's rounds spread more than
+    ``max_cv_pct``."""
+    d = direction(metric)
+    cur = _samples(current)
+    cur_med, n, cur_cv = statistics.median(cur), len(cur), _cv_pct(cur)
+    spread = SessionSpread.of(sessions)
+    ref = spread.center
+    pct = change_pct(cur_med, ref)
+    bound = tolerance.allowed(ref, statistics.stdev(sessions))
+    noise = f"session noise: CV {spread.cv_pct:.1f}% over {spread.n} past sessions"
+
+    def made(status: Status, message: str, *, p_value: float | None = None, ci_pct: tuple[float, float] | None = None,
+             reason: str | None = None) -> Judgement:
+        return Judgement(metric, cur_med, ref, tolerance, d, status, pct, message, n, spread.n, "sessions", p_value,
+                         ci_pct, confidence, cur_cv, spread.cv_pct, bound, reason)
+
+    shown = f"{pct:+.1f}%"
+    versus = f"{fmt_value(metric, cur_med)} vs baseline {fmt_value(metric, ref)} (sessions' geometric mean)"
+    where = f" (tolerance {tolerance}{'; ' + context if context else ''})"
+    if max_cv_pct is not None and cur_cv is not None and cur_cv > max_cv_pct:
+        reason = f"too noisy to judge: CV {cur_cv:.0f}% over this run's {_rounds(n)} (limit {max_cv_pct:g}%)"
+        return made("not-judged", f"{metric} {reason}: {versus}, {shown}{where}", reason=reason)
+    worse_edge, better_edge = ((ref - bound) / ref, (ref + bound) / ref) if d == "higher" else \
+        ((ref + bound) / ref, (ref - bound) / ref)
+    if d == "higher":
+        p_worse, p_better = spread.p_below(cur_med, worse_edge), spread.p_above(cur_med, better_edge)
+    else:
+        p_worse, p_better = spread.p_above(cur_med, worse_edge), spread.p_below(cur_med, better_edge)
+    alpha = 1.0 - confidence
+    status: Status = "regressed" if p_worse <= alpha else "improved" if p_better <= alpha else "ok"
+    low, high = spread.bounds(confidence)
+    interval = (change_pct(low, ref), change_pct(high, ref))
+    gain = (cur_med - ref) if d == "higher" else (ref - cur_med)
+    p = p_worse if gain < 0 else p_better
+    stats = (f"({noise}; an unchanged session falls within {interval[0]:+.1f} to {interval[1]:+.1f}% at "
+             f"{confidence:.0%} each side; {_p(p)} past the tolerance)")
+    head = f"{status} {abs(pct):.1f}% beyond the tolerance and" if status != "ok" else \
+        f"{shown} within the tolerance plus"
+    message = f"{metric} {head} the session noise {stats}: {versus}{where}"
+    return made(status, message, p_value=p, ci_pct=interval)
 
 
 def metric_value(result: Any, metric: str) -> float | None:
@@ -301,7 +398,8 @@ def compare_profiles(better: str, a: BenchResult, other: str, b: BenchResult, te
             if va is None or vb is None or math.isnan(va) or math.isnan(vb):
                 outcome.failures.append(f"{metric}: {better}={va}, {other}={vb}: cannot compare")
                 continue
-            j = judge(metric, va, vb, tol, margin=True, current_label=better, reference_label=other)
+            sa, sb = metric_samples(a, metric) or [va], metric_samples(b, metric) or [vb]
+            j = judge(metric, sa, sb, tol, margin=True, current_label=better, reference_label=other)
         except BaselineError as exc:
             outcome.failures.append(f"{metric}: {exc}")
             continue
@@ -309,3 +407,231 @@ def compare_profiles(better: str, a: BenchResult, other: str, b: BenchResult, te
         if j.failed:
             outcome.failures.append(j.message)
     return outcome
+
+
+AB_METRICS = ("output_throughput", "input_throughput", "request_throughput", "median_ttft_ms", "p99_ttft_ms",
+              "median_itl_ms", "median_tpot_ms", "median_e2e_latency_ms")
+
+
+@dataclass(frozen=True)
+class ABJudgement:
+    """One metric of an A/B comparison: the second profile against the first."""
+
+    metric: str
+    ratio: float  # interleaved: the median of the paired ratios second/first; bracketed: of the medians
+    ci: tuple[float, float] | None  # the ratio's interval at ``confidence``
+    p_value: float | None  # one-sided, in the direction of the observed change
+    pairs: int  # interleaved: pairs of rounds; bracketed: the second side's rounds
+    status: Status
+    message: str
+    tolerance: Tolerance | None = None
+    direction: Direction = "higher"
+    method: Method = "signed-rank"
+    confidence: float = DEFAULT_CONFIDENCE
+    spread_cv_pct: float | None = None  # of the paired ratios (interleaved)
+    drift_pct: float | None = None  # bracketed: the first side's change from its run before to its run after
+    reason: str | None = None  # why not judged
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"metric": self.metric, "ratio": self.ratio, "ci": list(self.ci) if self.ci else None,
+                "p_value": self.p_value, "pairs": self.pairs, "status": self.status, "method": self.method,
+                "tolerance": str(self.tolerance) if self.tolerance else None, "direction": self.direction,
+                "confidence": self.confidence, "spread_cv_pct": self.spread_cv_pct, "drift_pct": self.drift_pct,
+                "message": self.message, "reason": self.reason}
+
+
+def _bound_pct(metric: str, tolerance: Tolerance, first_median: float) -> float:
+    if tolerance.sigma:
+        raise BaselineError(f"an A/B check of {metric} takes a tolerance like '5%' or an amount in its unit, "
+                            f"not {tolerance}: both sides are measured now, there is no baseline spread")
+    if not first_median:
+        raise BaselineError(f"an A/B check of {metric} needs a first-side figure other than 0")
+    return tolerance.allowed(first_median) / abs(first_median) * 100.0
+
+
+def _positive(metric: str, label: str, values: Sequence[float]) -> list[float]:
+    values = [float(v) for v in values]
+    if not values or any(not v > 0 for v in values):
+        raise BaselineError(f"an A/B comparison of {metric} needs positive figures on each side; {label} has "
+                            f"{', '.join(f'{v:g}' for v in values) or 'none'}")
+    return values
+
+
+def _ab_message(metric: str, second: str, first: str, ratio: float, ci: tuple[float, float] | None,
+                confidence: float, sample: str, p: float | None, tolerance: Tolerance | None,
+                extra: str = "") -> str:
+    interval = f"{confidence:.0%} CI {ci[0]:.2f}-{ci[1]:.2f}, " if ci else ""
+    stats = f"{interval}{sample}" + (f", {_p(p)}" if p is not None else "")
+    tol = f"; tolerance {tolerance}" if tolerance else ""
+    return f"{second} {metric} {ratio:.2f}x {first} ({stats}{extra}{tol})"
+
+
+def _status_of(gain_pct: float, bound_pct: float, p_worse: float, p_better: float, alpha: float) -> Status:
+    if gain_pct < -bound_pct and p_worse <= alpha:
+        return "regressed"
+    if gain_pct > bound_pct and p_better <= alpha:
+        return "improved"
+    return "ok"
+
+
+def judge_paired(metric: str, first: Sequence[float], second: Sequence[float], tolerance: Tolerance | None, *,
+                 first_label: str = "A", second_label: str = "B", confidence: float = DEFAULT_CONFIDENCE,
+                 max_cv_pct: float | None = DEFAULT_MAX_CV_PCT) -> ABJudgement:
+    """Interleaved rounds, ``first[i]`` paired with ``second[i]``: the median of the ratios second/first, its
+    Hodges-Lehmann interval and the signed-rank p-value. With a ``tolerance`` the status says whether the second
+    side is worse than that (and significantly: ``regressed``), better (``improved``) or ``ok``; ``not-judged``
+    with too few pairs for significance or ratios spread more than ``max_cv_pct``. Without one it is ``ok``."""
+    d = direction(metric)
+    if len(first) != len(second):
+        raise BaselineError(f"an A/B comparison of {metric} pairs rounds: {len(first)} vs {len(second)}")
+    a = _positive(metric, first_label, first)
+    b = _positive(metric, second_label, second)
+    ratios = [y / x for x, y in zip(a, b, strict=True)]
+    logs = [math.log(r) for r in ratios]
+    n = len(ratios)
+    ratio = statistics.median(ratios)
+    interval = hodges_lehmann_ci(logs, confidence)
+    ci = (math.exp(interval[0]), math.exp(interval[2])) if interval else None
+    cv = _cv_pct(ratios)
+    worse: Alternative = "less" if d == "higher" else "greater"
+    better: Alternative = "greater" if d == "higher" else "less"
+    p_worse, p_better = signed_rank_p(logs, worse), signed_rank_p(logs, better)
+    gain = (ratio - 1.0) * 100.0 if d == "higher" else (1.0 - ratio) * 100.0
+    p = p_worse if gain < 0 else p_better
+    sample = f"{n} pair{'s' if n != 1 else ''}"
+    message = _ab_message(metric, second_label, first_label, ratio, ci, confidence, sample, p, tolerance,
+                          f", spread {cv:.1f}%" if cv is not None else "")
+
+    def made(status: Status, reason: str | None = None) -> ABJudgement:
+        text = f"{metric} {reason}: {message}" if reason else message
+        return ABJudgement(metric, ratio, ci, p, n, status, text, tolerance, d, "signed-rank", confidence, cv,
+                           reason=reason)
+
+    if tolerance is None:
+        return made("ok")
+    bound = _bound_pct(metric, tolerance, statistics.median(a))
+    tail = (1.0 - confidence) / 2  # two-sided: significant exactly when the interval leaves 1 out
+    if signed_rank_min_p(n) > tail:
+        need = next(k for k in range(1, 64) if signed_rank_min_p(k) <= tail)
+        return made("not-judged", f"not judged: {sample} cannot reach significance at {confidence:.0%} "
+                                  f"(rounds={need} can)")
+    if cv is not None and max_cv_pct is not None and cv > max_cv_pct:
+        return made("not-judged", f"too noisy to judge: the paired ratios spread CV {cv:.0f}% over {sample} "
+                                  f"(limit {max_cv_pct:g}%)")
+    return made(_status_of(gain, bound, p_worse, p_better, tail))
+
+
+def judge_bracketed(metric: str, before: Sequence[float], second: Sequence[float], after: Sequence[float],
+                    tolerance: Tolerance | None, *, first_label: str = "A", second_label: str = "B",
+                    confidence: float = DEFAULT_CONFIDENCE, max_cv_pct: float | None = DEFAULT_MAX_CV_PCT,
+                    resamples: int = BOOTSTRAP_RESAMPLES) -> ABJudgement:
+    """First side, second side, first side again (one server alive at a time): the second side's rounds against
+    both first-side runs (the rank-sum test and the bootstrap interval of the change of the medians, as
+    :func:`judge`), and the drift of the first side between its two runs; a drift beyond the tolerance is
+    ``not-judged``: the machine changed under the comparison."""
+    d = direction(metric)
+    ref = _positive(metric, first_label, [*before, *after])
+    cur = _positive(metric, second_label, second)
+    drift = change_pct(statistics.median(after), statistics.median(before))
+    j = judge(metric, cur, ref, tolerance or Tolerance(0.0, True), current_label=second_label,
+              reference_label=first_label, confidence=confidence, max_cv_pct=max_cv_pct, resamples=resamples)
+    ratio = j.current / j.reference
+    ci = (1 + j.ci_pct[0] / 100.0, 1 + j.ci_pct[1] / 100.0) if j.ci_pct else None
+    sample = f"{len(cur)} vs {len(before)}+{len(after)} rounds"
+    message = _ab_message(metric, second_label, first_label, ratio, ci, confidence, sample, j.p_value, tolerance,
+                          f"; {first_label} drifted {drift:+.1f}% from before to after")
+
+    def made(status: Status, reason: str | None = None) -> ABJudgement:
+        text = f"{metric} {reason}: {message}" if reason else message
+        return ABJudgement(metric, ratio, ci, j.p_value, len(cur), status, text, tolerance, d, j.method,
+                           confidence, drift_pct=drift, reason=reason)
+
+    if tolerance is None:
+        return made("ok")
+    bound = _bound_pct(metric, tolerance, statistics.median(ref))
+    if abs(drift) > bound:
+        return made("not-judged", f"not judged: the machine drifted {abs(drift):.1f}% during the comparison "
+                                  f"({first_label} before vs after; tolerance {tolerance})")
+    if j.status == "not-judged":
+        return made("not-judged", j.reason)
+    if j.method == "tolerance":
+        return made("not-judged", f"not judged: {j.reason}")
+    return made(j.status)
+
+
+@dataclass
+class ABComparison:
+    """Every metric of one A/B ``check()``, and what the test should make of it."""
+
+    first: str
+    second: str
+    judgements: list[ABJudgement] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)  # metrics that could not be compared, and why
+
+    @property
+    def regressions(self) -> list[ABJudgement]:
+        return [j for j in self.judgements if j.status == "regressed"]
+
+    @property
+    def not_judged(self) -> list[ABJudgement]:
+        return [j for j in self.judgements if j.status == "not-judged"]
+
+    @property
+    def failed(self) -> bool:
+        return bool(self.regressions or self.errors)
+
+    @property
+    def gate(self) -> str:
+        if self.regressions or self.errors:
+            return "regressed"
+        return "not-judged" if self.not_judged else "passed"
+
+    @property
+    def gate_reason(self) -> str | None:
+        if self.gate == "regressed":
+            return "; ".join([j.message for j in self.regressions] + self.errors)
+        if self.gate == "not-judged":
+            return "; ".join(j.message for j in self.not_judged)
+        return None
+
+    def failure_message(self) -> str:
+        head = f"{self.second} regressed against {self.first}:"
+        return "\n  ".join([head, *(f"{j.message} regressed" for j in self.regressions), *self.errors])
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"first": self.first, "second": self.second, "checks": [j.to_dict() for j in self.judgements],
+                "errors": list(self.errors), "gate": self.gate, "gate_reason": self.gate_reason}
+
+
+def compare_ab(first: str, second: str, samples: Mapping[str, tuple[Sequence[float], ...]],
+               tolerances: Mapping[str, str | float], *, bracketed: bool = False,
+               confidence: float = DEFAULT_CONFIDENCE, max_cv_pct: float | None = DEFAULT_MAX_CV_PCT
+               ) -> ABComparison:
+    """Judge profile ``second`` against ``first`` on each metric of ``tolerances``. ``samples[metric]`` is
+    ``(first_rounds, second_rounds)`` interleaved, ``(before, second_rounds, after)`` bracketed. A metric that
+    cannot be compared (unknown, malformed tolerance, not measured) is an error named in the message."""
+    outcome = ABComparison(first, second)
+    for metric, raw in tolerances.items():
+        try:
+            direction(metric)
+            tol = Tolerance.parse(metric, raw)
+            if metric not in samples:
+                raise BaselineError(f"{metric} was not measured in this A/B run")
+            outcome.judgements.append(ab_judgement(metric, first, second, samples[metric], tol,
+                                                   bracketed=bracketed, confidence=confidence,
+                                                   max_cv_pct=max_cv_pct))
+        except BaselineError as exc:
+            outcome.errors.append(f"{metric}: {exc}")
+    return outcome
+
+
+def ab_judgement(metric: str, first: str, second: str, sides: tuple[Sequence[float], ...],
+                 tolerance: Tolerance | None, *, bracketed: bool, confidence: float = DEFAULT_CONFIDENCE,
+                 max_cv_pct: float | None = DEFAULT_MAX_CV_PCT) -> ABJudgement:
+    """One metric, interleaved (``sides`` = first, second) or bracketed (before, second, after)."""
+    labels = {"first_label": first, "second_label": second, "confidence": confidence, "max_cv_pct": max_cv_pct}
+    if bracketed:
+        before, cur, after = sides
+        return judge_bracketed(metric, before, cur, after, tolerance, **labels)  # type: ignore[arg-type]
+    a, b = sides
+    return judge_paired(metric, a, b, tolerance, **labels)  # type: ignore[arg-type]

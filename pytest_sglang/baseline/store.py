@@ -4,7 +4,7 @@ The file (default ``.sglang-baselines.json`` in the rootdir, meant to be committ
 
     {
       "format": "pytest-sglang-baselines",
-      "version": 2,
+      "version": 3,
       "baselines": {
         "eagle3": {
           "tests/test_perf.py::test_throughput": {
@@ -16,7 +16,8 @@ The file (default ``.sglang-baselines.json`` in the rootdir, meant to be committ
               "commit": "abc1234",
               "metrics": {"output_throughput": 89.5, "median_ttft_ms": 41.2},
               "samples": {"output_throughput": [88.1, 89.5, 90.2], "median_ttft_ms": [40.9, 41.2, 41.9]},
-              "spread": {"output_throughput": {"n": 3, "median": 89.5, "cv_pct": 1.2, "min": 88.1, ...}}
+              "spread": {"output_throughput": {"n": 3, "median": 89.5, "cv_pct": 1.2, "min": 88.1, ...}},
+              "sessions": {"output_throughput": [92.6, 81.0, 89.5], "median_ttft_ms": [40.1, 44.0, 41.2]}
             }
           }
         }
@@ -25,8 +26,13 @@ The file (default ``.sglang-baselines.json`` in the rootdir, meant to be committ
 
 ``metrics`` holds each figure's median (what older readers compare), ``samples`` the per-round values it
 is the median of (``sglang_bench(rounds=N)``), ``spread`` their n, median, mean, stdev, CV and range, for
-people reading the file. Version 1 files (and entries without ``samples``) still load: each figure is then
-one sample. Recording into a version 1 file rewrites it as version 2.
+people reading the file; all three are of the latest recording. ``sessions`` (version 3) holds each figure's
+median of the last SESSIONS_KEPT recording sessions, oldest first: every recording (a run with
+--sglang-update-baseline, e.g. each CI run on the main branch) appends one, so the check learns how much
+sessions differ (engine.py). To restart that history (after a deliberate change of speed), delete the entry's
+``sessions`` key, or the entry: the next recording starts anew. Version 1 and 2 files (entries without
+``samples`` or ``sessions``) still load: each figure is then one sample and one session. Recording into
+them rewrites the file as version 3.
 
 Writes go through a file lock and an atomic rename, so pytest-xdist workers can record at once; a file that
 cannot be parsed is reported with its line and column (:func:`validate` names the first bad key path) and is
@@ -56,7 +62,8 @@ from pytest_sglang.bench.metrics import Spread
 from pytest_sglang.errors import BaselineError
 
 FORMAT = "pytest-sglang-baselines"
-VERSION = 2
+VERSION = 3
+SESSIONS_KEPT = 20  # recording sessions an entry remembers
 DEFAULT_FILENAME = ".sglang-baselines.json"
 
 
@@ -69,6 +76,13 @@ class Entry:
     samples: dict[str, list[float]] = field(default_factory=dict)  # metric -> per-round values (may be absent)
     server: str | None = None
     driver: str | None = None
+    sessions: dict[str, list[float]] = field(default_factory=dict)  # metric -> recording sessions' medians
+
+    def sessions_of(self, metric: str) -> list[float]:
+        """The medians of ``metric``'s recording sessions, oldest first; an older file's figure is one session."""
+        if metric in self.sessions:
+            return list(self.sessions[metric])
+        return [self.metrics[metric]] if metric in self.metrics else []
 
     def samples_of(self, metric: str) -> list[float] | None:
         """The recorded rounds of ``metric``: its samples, or its one figure (a version 1 entry); None if absent."""
@@ -83,7 +97,8 @@ class Entry:
         return {"machine": self.machine, "driver": self.driver, "server": self.server,
                 "recorded_at": self.recorded_at, "commit": self.commit,
                 "metrics": dict(sorted(self.metrics.items())), "samples": samples,
-                "spread": {k: Spread.of(v).to_dict() for k, v in samples.items()}}
+                "spread": {k: Spread.of(v).to_dict() for k, v in samples.items()},
+                "sessions": {k: self.sessions_of(k) for k in sorted(self.metrics)}}
 
 
 def _values(raw: float | Sequence[float]) -> list[float]:
@@ -149,7 +164,8 @@ class BaselineStore:
         return Entry(machine=raw.get("machine", machine.name), recorded_at=raw.get("recorded_at", ""),
                      commit=raw.get("commit"), metrics={k: float(v) for k, v in raw["metrics"].items()},
                      samples={k: [float(x) for x in v] for k, v in (raw.get("samples") or {}).items()},
-                     server=raw.get("server", machine.server), driver=raw.get("driver", machine.driver))
+                     server=raw.get("server", machine.server), driver=raw.get("driver", machine.driver),
+                     sessions={k: [float(x) for x in v] for k, v in (raw.get("sessions") or {}).items()})
 
     def other_keys(self, profile: str, test_id: str) -> list[str]:
         """Machine keys recorded for this profile and test (to explain a miss)."""
@@ -159,7 +175,8 @@ class BaselineStore:
                metrics: Mapping[str, float | Sequence[float] | None], *, commit: str | None = None,
                when: datetime | None = None) -> Entry:
         """Merge ``metrics`` (a figure, or the samples of its rounds) into the entry, under the lock: each
-        recorded metric's samples replace its old ones, other metrics of the entry are kept."""
+        recorded metric's samples replace its old ones and its median joins its sessions (the last
+        SESSIONS_KEPT kept), other metrics of the entry are kept."""
         clean = {k: vals for k, v in metrics.items() if v is not None and (vals := _values(v))}
         for name in clean:
             direction(name)
@@ -170,14 +187,21 @@ class BaselineStore:
                 node = data["baselines"].setdefault(profile, {}).setdefault(test_id, {})
                 old = node.get(machine.key, {})
                 old_samples = {k: v for k, v in (old.get("samples") or {}).items() if k not in clean}
+                old_metrics = old.get("metrics", {})
+                sessions = {k: list(v) for k, v in (old.get("sessions") or {}).items()}
+                for k in old_metrics:
+                    sessions.setdefault(k, [old_metrics[k]])  # an older file's figure: one session
+                for k, v in clean.items():
+                    sessions[k] = [*sessions.get(k, []), statistics.median(v)][-SESSIONS_KEPT:]
                 entry = Entry(
                     machine=machine.name,
                     recorded_at=(when or datetime.now(timezone.utc)).isoformat(timespec="seconds"),
                     commit=commit,
-                    metrics={**old.get("metrics", {}), **{k: statistics.median(v) for k, v in clean.items()}},
+                    metrics={**old_metrics, **{k: statistics.median(v) for k, v in clean.items()}},
                     samples={**old_samples, **clean},
                     server=machine.server,
                     driver=machine.driver,
+                    sessions=sessions,
                 )
                 node[machine.key] = entry.to_json()
                 self._write(data)
@@ -228,12 +252,13 @@ def validate(data: Any, broken: Any = lambda what: what) -> None:
                 for metric, value in entry["metrics"].items():
                     if isinstance(value, bool) or not isinstance(value, (int, float)):
                         raise BaselineError(broken(f"{where}.metrics.{metric} is {value!r}, not a number"))
-                samples = entry.get("samples", {})
-                if not isinstance(samples, dict):
-                    raise BaselineError(broken(f'{where}.samples must be an object of lists of numbers'))
-                for metric, values in samples.items():
-                    if (not isinstance(values, list) or not values
-                            or any(isinstance(v, bool) or not isinstance(v, (int, float)) for v in values)):
-                        raise BaselineError(broken(f"{where}.samples.{metric} is {values!r}, not a non-empty "
-                                                   "list of numbers"))
+                for part in ("samples", "sessions"):
+                    lists = entry.get(part, {})
+                    if not isinstance(lists, dict):
+                        raise BaselineError(broken(f'{where}.{part} must be an object of lists of numbers'))
+                    for metric, values in lists.items():
+                        if (not isinstance(values, list) or not values
+                                or any(isinstance(v, bool) or not isinstance(v, (int, float)) for v in values)):
+                            raise BaselineError(broken(f"{where}.{part}.{metric} is {values!r}, not a non-empty "
+                                                       "list of numbers"))
 

@@ -43,8 +43,13 @@ from pytest_sglang.bench.stream import StreamResult
 
 # Fields of BenchResult left out of to_dict(): the requests (on demand), what only the caller acts on, and the
 # rounds and spread (written in their own shape) (docs/report-schema.md lists every field of a report's "result").
-_NOT_REPORTED = frozenset({"requests", "connection_errors", "rounds", "spread"})
+_NOT_REPORTED = frozenset({"requests", "connection_errors", "rounds", "spread", "telemetry"})
 
+# The figures of the GPU and server telemetry (telemetry.py): None where unmeasured, and the field that says why.
+GPU_FIGURES = ("gpu_energy_j", "energy_per_output_token_j", "output_tokens_per_joule", "gpu_util_mean_pct",
+               "gpu_memory_peak_mib", "gpu_power_mean_w", "gpu_sm_clock_mean_mhz")
+SERVER_FIGURES = ("server_queue_mean", "server_kv_usage_peak")
+_UNMEASURED_BY = {**{m: "gpu_unmeasured" for m in GPU_FIGURES}, **{m: "server_unmeasured" for m in SERVER_FIGURES}}
 # The figures that are medians over rounds and have a spread: rates and latencies, not counts.
 ROUND_METRICS: tuple[str, ...] = (
     "duration", "request_throughput", "input_throughput", "output_throughput", "total_throughput", "concurrency",
@@ -52,7 +57,7 @@ ROUND_METRICS: tuple[str, ...] = (
       for stat in ("mean", "median", "std", "p90", "p99")),
     "max_itl_ms", "accept_length", "goodput", "slo_attainment", "client_busy",
     "server_median_ttft_ms", "server_median_itl_ms", "server_accept_length", "client_loop_lag_p90_ms",
-    "client_loop_lag_max_ms",
+    "client_loop_lag_max_ms", *GPU_FIGURES, *SERVER_FIGURES,
 )
 # Counters that add up over rounds (a failure in any round shows in the headline).
 _SUMMED = ("failed", "connection_errors", "chunk_count_mismatches", "server_token_counts_missing")
@@ -177,10 +182,26 @@ class BenchResult:
     # client busy most of the run measures itself, not the server (client_bound)
     client_cpu_seconds: float | None = None
     client_busy: float | None = None
+    client_processes: int = 1  # processes that sent the load (spread.py; the busiest one's CPU and busy above)
     client_bound: bool = False
     client_bound_reason: str | None = None  # why client_bound (bench/selfcheck.py): busy, or a lagging loop
     client_loop_lag_p90_ms: float | None = None  # how late the event loop woke (p90 and max over the round)
     client_loop_lag_max_ms: float | None = None
+    # what the server's GPUs and gauges did over the measured duration (telemetry.py): energy of its GPUs (power
+    # summed over them, integrated), per output token and its inverse, their mean utilisation, power and SM
+    # clock, the most memory one of them held; the server's mean queue and peak KV-cache usage (0..1). None
+    # where there is no GPU to ask or no /metrics: gpu_unmeasured and server_unmeasured say why
+    gpu_energy_j: float | None = None
+    energy_per_output_token_j: float | None = None
+    output_tokens_per_joule: float | None = None
+    gpu_util_mean_pct: float | None = None
+    gpu_memory_peak_mib: float | None = None
+    gpu_power_mean_w: float | None = None
+    gpu_sm_clock_mean_mhz: float | None = None
+    server_queue_mean: float | None = None
+    server_kv_usage_peak: float | None = None
+    gpu_unmeasured: str | None = None
+    server_unmeasured: str | None = None
     # rounds: 1 unless run_bench(rounds=N); the per-round results and each figure's spread over them
     num_rounds: int = 1
     sweep: dict[str, Any] | None = None  # {"param": "concurrency", "value": 4} for a point of a sweep
@@ -194,6 +215,7 @@ class BenchResult:
     requests: list[RequestRecord] = field(default_factory=list, repr=False)
     rounds: list[BenchResult] = field(default_factory=list, repr=False)
     spread: dict[str, Spread] = field(default_factory=dict, repr=False)
+    telemetry: dict[str, Any] | None = field(default=None, repr=False)  # the time series (the report's own key)
 
     def to_dict(self, *, include_requests: bool = False) -> dict[str, Any]:
         """JSON-ready figures (``request_rate`` inf becomes the string "inf"), as docs/report-schema.md lists
@@ -222,6 +244,13 @@ class BenchResult:
             value = getattr(self, metric, None)
             return [] if value is None else [float(value)]
         return [float(v) for v in values]  # type: ignore[arg-type]
+
+    def unmeasured(self, metric: str) -> str | None:
+        """Why ``metric`` is None on this result where it is a telemetry figure that was not measured."""
+        owner = _UNMEASURED_BY.get(metric)
+        if owner is None or getattr(self, metric) is not None:
+            return None
+        return getattr(self, owner) or "it was not measured"
 
     @property
     def ok(self) -> bool:

@@ -8,7 +8,10 @@ rounds with each figure's spread, and the rounds themselves in ``result.rounds``
 Rounds are ``ROUND_GAP_S`` apart, so the server drains between them. The event-loop thread's CPU time over
 each round's wall time is ``client_busy``; past ``CLIENT_BOUND_BUSY``, or with an event loop that wakes late
 (selfcheck.py), the run is ``client_bound`` (``client_bound_reason`` says which): the figures then measure the
-load generator, and a baseline check does not judge them. Failed requests raise
+load generator, and a baseline check does not judge them. ``client_processes=N`` spreads the rounds over N
+processes (spread.py); left to the runner, a run whose one loop was client-bound runs again over
+:func:`spare_processes` where the machine has cores to spare. During each round the server's GPUs and its
+/metrics gauges are sampled (telemetry.py: energy per token and the rest). Failed requests raise
 :class:`~pytest_sglang.errors.BenchmarkFailedError` carrying the result, unless ``allow_failures=True``.
 The runner never asks about the server's liveness: ``connection_errors`` tells the caller that some requests
 got no answer, and the caller asks its server handle why.
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import os
 import random
 import threading
 import time
@@ -39,13 +43,16 @@ from pytest_sglang.bench.prompts import prepare_prompts
 from pytest_sglang.bench.selfcheck import LoopLagProbe, judge_client
 from pytest_sglang.bench.server_metrics import RoundWitness
 from pytest_sglang.bench.slo import check_slo
-from pytest_sglang.bench.stream import ConnectionPool, StreamResult, stream_request
+from pytest_sglang.bench.spread import drive_spread
+from pytest_sglang.bench.stream import ConnectionPool, StreamResult, stream_request, warm_up
+from pytest_sglang.bench.telemetry import Telemetry
 from pytest_sglang.errors import BenchmarkError, BenchmarkFailedError
 
 T = TypeVar("T")
 
 ROUND_GAP_S = 0.1  # pause between rounds: the server goes idle, one round's tail never overlaps the next
 CLIENT_BOUND_BUSY = 0.9  # the client's event loop busy this share of a round: the round measured the client
+MAX_CLIENT_PROCESSES = 8
 
 
 @runtime_checkable
@@ -107,16 +114,16 @@ async def _drive(
     seed: int = 0,
     between: Callable[[list[StreamResult] | None], None] | None = None,
     probe: LoopLagProbe | None = None,
+    telemetry: Telemetry | None = None,
 ) -> tuple[list[StreamResult], list[tuple[list[StreamResult], float, float]]]:
     """Warmup once, then ``rounds`` rounds: (warmup results, [(measured results, client CPU s, wall s)]).
     ``between`` is called after the warmup (with None) and after each round (with its results), outside the
-    rounds' clocks: the server's metrics are scraped there (server_metrics.RoundWitness)."""
+    rounds' clocks: the server's metrics are scraped there (server_metrics.RoundWitness). ``telemetry``
+    samples the GPUs and the server's gauges during each round, its samplers stopped however the round ends."""
     pool = ConnectionPool(base_url, api_key=api_key)
     done: list[tuple[list[StreamResult], float, float]] = []
     try:
-        warm = [await stream_one(pool, api, b, timeout) for b in warmup_bodies[:1]]
-        if len(warmup_bodies) > 1:
-            warm += await asyncio.gather(*(stream_one(pool, api, b, timeout) for b in warmup_bodies[1:]))
+        warm = await warm_up(pool, api, warmup_bodies, timeout)
         if between is not None:
             between(None)
         sem = asyncio.Semaphore(concurrency) if concurrency else None
@@ -134,12 +141,18 @@ async def _drive(
             cpu0, wall0 = time.thread_time(), time.perf_counter()
             if probe is not None:
                 probe.start()  # the event loop's own lag over the round (selfcheck.py)
-            tasks: list[asyncio.Task[StreamResult]] = []
-            for i, body in enumerate(bodies):
-                if i and math.isfinite(request_rate) and request_rate > 0:
-                    await asyncio.sleep(rng.expovariate(request_rate))
-                tasks.append(asyncio.ensure_future(one(body)))
-            measured = list(await asyncio.gather(*tasks))
+            if telemetry is not None:
+                telemetry.round_started()
+            try:
+                tasks: list[asyncio.Task[StreamResult]] = []
+                for i, body in enumerate(bodies):
+                    if i and math.isfinite(request_rate) and request_rate > 0:
+                        await asyncio.sleep(rng.expovariate(request_rate))
+                    tasks.append(asyncio.ensure_future(one(body)))
+                measured = list(await asyncio.gather(*tasks))
+            finally:
+                if telemetry is not None:
+                    telemetry.round_ended()
             if probe is not None:
                 await probe.stop()
             done.append((measured, time.thread_time() - cpu0, time.perf_counter() - wall0))
@@ -178,6 +191,8 @@ def run_bench(
     rounds: int = 1,
     slo: Mapping[str, float] | None = None,
     server_metrics: bool = True,
+    telemetry: bool = True,
+    client_processes: int | None = None,
 ) -> BenchResult:
     """Benchmark ``server`` (a server handle, or a base URL) with streamed requests; see the package doc.
 
@@ -187,7 +202,11 @@ def run_bench(
     medians; ``result.rounds`` has each). ``slo``: per-request limits in ms (``ttft_ms``, ``tpot_ms``,
     ``e2el_ms``) for ``goodput``. ``server_metrics``: scrape the server's ``/metrics`` around each round and
     fail the run where its token counts differ from the responses' (bench/server_metrics.py; False for a
-    server that others load at the same time). ``tokenizer``: a tokenizer object or a name for
+    server that others load at the same time). ``telemetry``: sample the server's GPUs and its /metrics gauges
+    during the rounds (bench/telemetry.py: energy per token and the rest; None where unmeasured, with why).
+    ``client_processes``: how many processes send the load (bench/spread.py); None: one event loop, and where
+    its rounds were client-bound on a machine with cores to spare, the run again over :func:`spare_processes`.
+    ``tokenizer``: a tokenizer object or a name for
     ``transformers.AutoTokenizer`` (default: the server's model, when transformers is installed and has it
     locally); used only for text prompts.
     Bad arguments raise BenchmarkError; failed requests raise BenchmarkFailedError with the result.
@@ -200,10 +219,15 @@ def run_bench(
         raise BenchmarkError(f"concurrency must be at least 1 (or None for no cap), got {concurrency}")
     if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
         raise BenchmarkError(f"rounds must be an integer of at least 1, got {rounds!r}")
+    if client_processes is not None and (isinstance(client_processes, bool) or not isinstance(client_processes, int)
+                                         or client_processes < 1):
+        raise BenchmarkError(f"client_processes must be an integer of at least 1 (or None: chosen from the "
+                             f"self-check), got {client_processes!r}")
     slo_ms = check_slo(slo) if slo is not None else None
     handle: ServerLike = _Url(server.rstrip("/")) if isinstance(server, str) else server
     profile = profile if profile is not None else getattr(handle, "profile", None)
     client = Client(handle.base_url, api_key=handle.api_key, timeout=60, model=model or handle.model)
+    tel: Telemetry | None = None
     try:
         served_model = None
         if api != "generate":
@@ -222,39 +246,66 @@ def run_bench(
             bodies.append(body)
             prompt_lens.append(len(p) if not isinstance(p, str) else input_len)
         started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
-        rng = random.Random(seed + 1)
-        wit = RoundWitness(client, enabled=server_metrics)
-        probe = LoopLagProbe()
-        warm, done = _run_coroutine(lambda: _drive(
-            handle.base_url, handle.api_key, api, bodies[warmup:], concurrency=concurrency,
-            request_rate=request_rate, rng=rng, timeout=timeout, warmup_bodies=bodies[:warmup], rounds=rounds,
-            seed=seed, between=wit.mark, probe=probe))
-        per_round = []
-        for k, (measured, cpu, wall) in enumerate(done):
-            one = compute_metrics(
-                [record_from_stream(s, n) for s, n in zip(measured, prompt_lens[warmup:], strict=True)],
-                api=api, num_requests=num_requests, max_concurrency=concurrency, request_rate=request_rate,
-                input_len=input_len, output_len=output_len, warmup=warmup, seed=seed, prompt_kind=prompt_kind,
-                profile=profile, started_at=started_at, slo=dict(slo_ms) if slo_ms else None,
-            )
-            one.prompt_vocab = vocab.describe() if vocab is not None else None
-            one.accept_length_source = "requests" if one.accept_length is not None else None
-            one.client_cpu_seconds = cpu
-            one.client_busy = cpu / wall if wall > 0 else 0.0
-            lag = probe.rounds[k] if k < len(probe.rounds) else None
-            if lag is not None:
-                one.client_loop_lag_p90_ms, one.client_loop_lag_max_ms = lag.p90_ms, lag.max_ms
-            one.client_bound_reason = judge_client(one.client_busy, lag, one.median_tpot_ms,
-                                                   busy_limit=CLIENT_BOUND_BUSY)
-            one.client_bound = one.client_bound_reason is not None
-            per_round.append(one)
+
+        def measure(processes: int) -> tuple[list[StreamResult], list[BenchResult], RoundWitness, Telemetry]:
+            nonlocal tel
+            if tel is not None:
+                tel.close()
+            wit = RoundWitness(client, enabled=server_metrics)
+            tel = Telemetry(base_url=handle.base_url, api_key=handle.api_key, host=getattr(handle, "host", None),
+                            pid=getattr(handle, "pid", None), kind=handle.kind,
+                            ssh_host=getattr(handle, "ssh_host", None), enabled=telemetry)
+            if processes > 1:
+                warm, done, lags = drive_spread(
+                    handle.base_url, handle.api_key, api, bodies[warmup:], processes=processes,
+                    concurrency=concurrency, request_rate=request_rate, seed=seed, timeout=timeout,
+                    warmup_bodies=bodies[:warmup], rounds=rounds, round_gap=ROUND_GAP_S, between=wit.mark,
+                    telemetry=tel, run=_run_coroutine)
+            else:
+                probe = LoopLagProbe()
+                warm, done = _run_coroutine(lambda: _drive(
+                    handle.base_url, handle.api_key, api, bodies[warmup:], concurrency=concurrency,
+                    request_rate=request_rate, rng=random.Random(seed + 1), timeout=timeout,
+                    warmup_bodies=bodies[:warmup], rounds=rounds, seed=seed, between=wit.mark, probe=probe,
+                    telemetry=tel))
+                lags = probe.rounds
+            per_round = []
+            for k, (measured, cpu, wall) in enumerate(done):
+                one = compute_metrics(
+                    [record_from_stream(s, n) for s, n in zip(measured, prompt_lens[warmup:], strict=True)],
+                    api=api, num_requests=num_requests, max_concurrency=concurrency, request_rate=request_rate,
+                    input_len=input_len, output_len=output_len, warmup=warmup, seed=seed,
+                    prompt_kind=prompt_kind, profile=profile, started_at=started_at,
+                    slo=dict(slo_ms) if slo_ms else None,
+                )
+                one.prompt_vocab = vocab.describe() if vocab is not None else None
+                one.accept_length_source = "requests" if one.accept_length is not None else None
+                one.client_processes = processes
+                one.client_cpu_seconds = cpu
+                one.client_busy = cpu / wall if wall > 0 else 0.0
+                lag = lags[k] if k < len(lags) else None
+                if lag is not None:
+                    one.client_loop_lag_p90_ms, one.client_loop_lag_max_ms = lag.p90_ms, lag.max_ms
+                one.client_bound_reason = judge_client(one.client_busy, lag, one.median_tpot_ms,
+                                                       busy_limit=CLIENT_BOUND_BUSY)
+                one.client_bound = one.client_bound_reason is not None
+                per_round.append(one)
+            return warm, per_round, wit, tel
+
+        processes = client_processes or 1
+        warm, per_round, wit, tel = measure(processes)
+        spare = spare_processes()
+        if client_processes is None and spare > 1 and any(one.client_bound for one in per_round):
+            warm, per_round, wit, tel = measure(spare)  # one loop could not keep pace: the figures were its own
         disagreements = wit.apply(per_round)
+        tel.apply(per_round)
         if spec_info and any(one.accept_length is None for one in per_round):
             server_accept = client.accept_length()  # the last resort: updated only every decode-log interval
             for one in per_round:
                 if one.accept_length is None and server_accept is not None:
                     one.accept_length, one.accept_length_source = server_accept, "server_info"
         result = combine_rounds(per_round)
+        result.telemetry = tel.series(per_round)
         result.server_disagreement = disagreements[0] if disagreements else None
         result.connection_errors += sum(1 for s in warm if s.connection_error)
         warm_failures = [s for s in warm if not s.ok]
@@ -277,7 +328,16 @@ def run_bench(
                 result)
         return result
     finally:
+        if tel is not None:
+            tel.close()
         client.close()
+
+
+def spare_processes() -> int:
+    """How many load-generator processes this machine can give a run that one event loop cannot drive: half its
+    cores (the other half for the server and the samplers), at most MAX_CLIENT_PROCESSES; 1 below 4 cores."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return 1 if cores < 4 else min(MAX_CLIENT_PROCESSES, cores // 2)
 
 
 def _speculative(client: Client, handle: ServerLike) -> bool:

@@ -7,6 +7,9 @@ generation and prompt token counts, the median TTFT and ITL from its histograms 
 bucket, as Prometheus' ``histogram_quantile`` does), and the speculative accept length from its counters
 (SGLang: generation tokens / ``spec_verify_calls``; vLLM: 1 + accepted tokens / drafts).
 
+The gauges of :data:`GAUGES` (requests running and queued, KV-cache usage, generation throughput) are read
+too: the telemetry sampler (telemetry.py) scrapes them during the rounds, for the server's time series.
+
 :func:`disagreement` says whether the server's token counts differ from the ones the responses carried;
 the runner fails the run on one (``BenchmarkFailedError``). Counters can trail the last response by a few
 milliseconds (vLLM records its stats after handing the outputs out), so the runner re-scrapes for up to
@@ -39,6 +42,16 @@ HISTOGRAMS: dict[str, dict[str, str]] = {
     "itl": {"sglang": "sglang:inter_token_latency_seconds", "vllm": "vllm:inter_token_latency_seconds"},
     "e2e": {"sglang": "sglang:e2e_request_latency_seconds", "vllm": "vllm:e2e_request_latency_seconds"},
 }
+# Our name -> each server's gauge names (the first one present is read): counts sum over label sets (data-parallel
+# ranks), a usage share takes the highest. vLLM renamed gpu_cache_usage_perc to kv_cache_usage_perc in 0.10.
+GAUGES: dict[str, dict[str, tuple[str, ...]]] = {
+    "running": {"sglang": ("sglang:num_running_reqs",), "vllm": ("vllm:num_requests_running",)},
+    "queued": {"sglang": ("sglang:num_queue_reqs",), "vllm": ("vllm:num_requests_waiting",)},
+    "kv_usage": {"sglang": ("sglang:token_usage",),
+                 "vllm": ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")},
+    "gen_throughput": {"sglang": ("sglang:gen_throughput",)},
+}
+_HIGHEST = frozenset({"kv_usage"})
 _SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)(?:\s+\d+)?\s*$')
 _LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
 
@@ -68,6 +81,7 @@ class Snapshot:
     at: float  # time.perf_counter() of the scrape
     counters: dict[str, float] = field(default_factory=dict)
     histograms: dict[str, dict[float, float]] = field(default_factory=dict)
+    gauges: dict[str, float] = field(default_factory=dict)
 
 
 def snapshot(text: str, at: float = 0.0) -> Snapshot | None:
@@ -94,15 +108,21 @@ def snapshot(text: str, at: float = 0.0) -> Snapshot | None:
                 buckets[le] = buckets.get(le, 0.0) + v
         if buckets:
             snap.histograms[ours] = buckets
+    for ours, gauge in GAUGES.items():
+        for name in gauge.get(family, ()):
+            values = [v for n, _, v in samples if n == name]
+            if values:
+                snap.gauges[ours] = max(values) if ours in _HIGHEST else sum(values)
+                break
     return snap
 
 
-def scrape(client: Any) -> Snapshot | None:
+def scrape(client: Any, timeout: float = 10.0) -> Snapshot | None:
     """GET /metrics through a :class:`~pytest_sglang.bench.client.Client`; None where the server has none."""
     import requests
 
     try:
-        response = client.get("/metrics", timeout=10)
+        response = client.get("/metrics", timeout=timeout)
     except requests.RequestException:
         return None
     if response.status_code != 200:

@@ -13,7 +13,7 @@ import asyncio
 import json
 import ssl
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
@@ -298,6 +298,16 @@ async def stream_request(
         if conn is not None:
             pool.release(conn, bool(state["reusable"]) and result.ok)
     return result
+
+
+async def warm_up(pool: ConnectionPool, api: Api, bodies: Sequence[Mapping[str, Any]], timeout: float | None
+                  ) -> list[StreamResult]:
+    """The warmup requests: the first alone (the server's first request pays its one-time costs), then the
+    rest together."""
+    warm = [await stream_request(pool, api, b, timeout=timeout) for b in bodies[:1]]
+    if len(bodies) > 1:
+        warm += await asyncio.gather(*(stream_request(pool, api, b, timeout=timeout) for b in bodies[1:]))
+    return warm
 
 
 async def _stream(pool: ConnectionPool, api: Api, body: Mapping[str, Any], path: str | None,

@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import sys
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from difflib import get_close_matches
 from pathlib import Path
 from typing import Any
 
 from pytest_sglang.errors import ProfileError
 from pytest_sglang.kinds import KINDS
+from pytest_sglang.sim.config import FAULTS, KNOB_ENV, KnobError, Knobs, load_knobs
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -42,13 +44,10 @@ _KEY_TYPES: dict[str, tuple[tuple[type, ...], str]] = {
     "ssh": ((str,), "an ssh destination such as 'user@host' or a Host alias of ~/.ssh/config"),
     "ssh_options": ((list,), "a list of extra ssh client arguments, e.g. ['-p', '2222']"),
     "remote_log_dir": ((str,), "a folder on the ssh host for the server's log"),
+    "gpus": ((list,), "a list of GPU indices such as [0] or [0, 1], exported as CUDA_VISIBLE_DEVICES"),
 }
-SIM_KNOBS = frozenset({
-    "startup_seconds", "decode_tok_s", "ttft_ms", "max_batch", "fault", "fault_after",
-    "crash_after_requests", "ignore_sigterm", "accept_length", "spec_speedup", "jitter", "output_variant",
-    "output_margin", "vocab_size", "metrics_format", "metrics_skew",
-})
-SIM_FAULTS = (None, "traceback", "exit", "hang", "bad-flag")
+SIM_KNOBS = frozenset(f.name for f in fields(Knobs))
+SIM_FAULTS = (None, *FAULTS)
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
 
@@ -75,7 +74,16 @@ class Profile:
     ssh: str | None = None  # launch on this host over OpenSSH (launch/remote.py)
     ssh_options: tuple[str, ...] = ()
     remote_log_dir: str | None = None  # default: a folder under the host's temp dir
+    gpus: tuple[int, ...] | None = None  # exported as CUDA_VISIBLE_DEVICES (two A/B servers on their own GPUs)
     unset: Mapping[str, str] = field(default_factory=dict, repr=False)  # key -> why its ${VAR} is unset
+
+    @property
+    def launch_env(self) -> dict[str, str]:
+        """What the server's environment adds: ``env``, and ``gpus`` as CUDA_VISIBLE_DEVICES."""
+        env = dict(self.env)
+        if self.gpus is not None:
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in self.gpus)
+        return env
 
     @property
     def api_key(self) -> str | None:
@@ -207,6 +215,10 @@ class _Loader:
             checked: Any = value  # isinstance against a tuple variable narrows to `object`
             if key in ("args", "command", "ssh_options") and not all(isinstance(v, (str, int, float)) for v in checked):
                 raise ProfileError(f"{self.where(name, key)}: must be {desc}, got {value!r}.")
+            if key == "gpus" and (not checked or len(set(checked)) != len(checked) or not all(
+                    isinstance(g, int) and not isinstance(g, bool) and g >= 0 for g in checked)):
+                raise ProfileError(f"{self.where(name, key)}: {value!r} is not a list of distinct GPU indices; "
+                                   "write e.g. gpus = [0] or gpus = [0, 1] (as nvidia-smi numbers them).")
             if key == "env" and not all(isinstance(v, (str, int, float)) for v in checked.values()):
                 raise ProfileError(f"{self.where(name, key)}: values must be strings, got {value!r}.")
 
@@ -257,6 +269,11 @@ class _Loader:
         if ssh is not None and (not ssh.strip() or ssh.startswith("-") or any(c.isspace() for c in ssh)):
             raise ProfileError(f"{self.where(name, 'ssh')}: {ssh!r} is not an ssh destination: give 'user@host' or "
                                "a Host alias (ssh options go in `ssh_options`).")
+        gpus = merged.get("gpus")
+        if gpus is not None:
+            if "CUDA_VISIBLE_DEVICES" in merged.get("env", {}):
+                raise ProfileError(f"{self.where(name, 'gpus')}: the profile sets both `gpus` and "
+                                   "env.CUDA_VISIBLE_DEVICES; keep one (gpus is exported as CUDA_VISIBLE_DEVICES).")
         sim = merged.get("sim", {})
         for knob in sim:
             if knob not in SIM_KNOBS:
@@ -269,6 +286,10 @@ class _Loader:
                 f"{self.where(name, 'sim')}: fault {sim['fault']!r} is not one of "
                 f"{', '.join(repr(f) for f in SIM_FAULTS if f)}."
             )
+        try:
+            load_knobs(json.dumps(sim))
+        except KnobError as exc:
+            raise ProfileError(f"{self.where(name, 'sim')}: {str(exc).removeprefix(KNOB_ENV + ': ')}.") from None
         return Profile(
             name=name,
             source=self.path,
@@ -289,6 +310,7 @@ class _Loader:
             ssh=ssh,
             ssh_options=tuple(str(o) for o in merged.get("ssh_options", ())),
             remote_log_dir=merged.get("remote_log_dir"),
+            gpus=tuple(int(g) for g in gpus) if gpus is not None else None,
             unset=dict(self.unset.get(name, {})),
         )
 

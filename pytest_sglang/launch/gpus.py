@@ -1,4 +1,5 @@
-"""Which processes hold GPU memory, and how much, on which GPU: NVML if nvidia-ml-py is installed, else nvidia-smi.
+"""Which processes hold GPU memory, and how much, on which GPU; what each GPU reads now (utilisation, memory,
+power, SM clock, temperature): NVML if nvidia-ml-py is installed, else nvidia-smi.
 
 Used after a teardown, to prove the killed server's processes have left the GPUs (a process stuck in the
 driver's teardown can hold its memory for tens of seconds after SIGKILL: sglang#31281, #39545). Where there
@@ -9,13 +10,17 @@ Pids are this machine's: in a container without the host's pid namespace the dri
 of which match the server's, and the check passes at once (it never waits for nothing).
 
 ``PYTEST_SGLANG_GPU_QUERY`` picks the source: ``nvml``, ``nvidia-smi``, or ``off``; unset, NVML is tried first.
+:class:`GpuReader` keeps one NVML session open for a sampler that reads many times a second
+(bench/telemetry.py); over nvidia-smi each reading is one call.
 """
 
 from __future__ import annotations
 
 import shutil
 import subprocess
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from pytest_sglang.envknobs import env_knobs
 
@@ -30,9 +35,30 @@ class GpuUse:
     used_mib: int | None  # None where the driver does not say (some containers, MIG)
     gpu: str  # "GPU 0" where the index is known, else the PCI bus id
 
+    @property
+    def index(self) -> int | None:
+        head, _, number = self.gpu.partition(" ")
+        return int(number) if head == "GPU" and number.isdigit() else None
+
     def describe(self) -> str:
         amount = f"{self.used_mib} MiB" if self.used_mib is not None else "memory"
         return f"pid {self.pid} holds {amount} on {self.gpu}"
+
+
+@dataclass(frozen=True)
+class GpuReading:
+    """What one GPU reads at one moment; a field the driver does not report is None."""
+
+    index: int
+    util_pct: float | None
+    memory_used_mib: float | None
+    power_w: float | None
+    sm_clock_mhz: float | None
+    temperature_c: float | None
+
+
+# nvidia-smi's --query-gpu names of GpuReading's fields after the index, in order
+SMI_READING_FIELDS = ("utilization.gpu", "memory.used", "power.draw", "clocks.sm", "temperature.gpu")
 
 
 def gpu_processes() -> list[GpuUse] | None:
@@ -47,7 +73,52 @@ def gpu_processes() -> list[GpuUse] | None:
     return _nvidia_smi()
 
 
-def _nvml() -> list[GpuUse] | None:
+class GpuReader:
+    """Reads the GPUs again and again from one source: an NVML session opened once, or nvidia-smi per reading.
+    :meth:`read` is None where no GPU answers; :attr:`source` says which was asked ("nvml", "nvidia-smi")."""
+
+    def __init__(self) -> None:
+        self.source: str | None = None
+        self._nvml: Any = None
+        self._smi: str | None = None
+        choice = env_knobs().gpu_query
+        if choice == "off":
+            return
+        if choice in (None, "nvml"):
+            self._nvml = _nvml_session()
+            if self._nvml is not None:
+                self.source = "nvml"
+                return
+            if choice == "nvml":
+                return
+        self._smi = shutil.which("nvidia-smi")
+        if self._smi is not None:
+            self.source = "nvidia-smi"
+
+    def read(self, indices: Sequence[int] | None = None) -> list[GpuReading] | None:
+        """The GPUs ``indices`` (None: all) as they read now."""
+        if self.source == "nvml":
+            return _nvml_readings(self._nvml, indices)
+        if self._smi is not None:
+            return _smi_readings(self._smi, indices)
+        return None
+
+    def close(self) -> None:
+        if self._nvml is not None:
+            try:
+                self._nvml.nvmlShutdown()
+            except Exception:
+                pass
+            self._nvml = None
+
+    def __enter__(self) -> GpuReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _nvml_session() -> Any:
     try:
         import pynvml  # nvidia-ml-py: the optional extra `pytest-sglang[gpu]`
     except ImportError:
@@ -55,6 +126,61 @@ def _nvml() -> list[GpuUse] | None:
     try:
         pynvml.nvmlInit()
     except Exception:  # pynvml.NVMLError: no driver, no GPU
+        return None
+    return pynvml
+
+
+def _nvml_readings(nvml: Any, indices: Sequence[int] | None) -> list[GpuReading] | None:
+    def ask(call: Any, *args: Any) -> Any:
+        try:
+            return call(*args)
+        except Exception:  # NVMLError_NotSupported on one field (MIG, some boards): that field is None
+            return None
+
+    try:
+        wanted = list(range(nvml.nvmlDeviceGetCount())) if indices is None else list(indices)
+        found = []
+        for index in wanted:
+            handle = nvml.nvmlDeviceGetHandleByIndex(index)
+            util = ask(nvml.nvmlDeviceGetUtilizationRates, handle)
+            memory = ask(nvml.nvmlDeviceGetMemoryInfo, handle)
+            power = ask(nvml.nvmlDeviceGetPowerUsage, handle)  # milliwatts
+            found.append(GpuReading(
+                index, float(util.gpu) if util is not None else None,
+                memory.used / (1024 * 1024) if memory is not None else None,
+                power / 1000.0 if power is not None else None,
+                _number(ask(nvml.nvmlDeviceGetClockInfo, handle, nvml.NVML_CLOCK_SM)),
+                _number(ask(nvml.nvmlDeviceGetTemperature, handle, nvml.NVML_TEMPERATURE_GPU))))
+        return found
+    except Exception:  # a GPU that fell off the bus mid-query: no answer rather than a wrong one
+        return None
+
+
+def _smi_readings(smi: str, indices: Sequence[int] | None) -> list[GpuReading] | None:
+    query = "--query-gpu=" + ",".join(("index", *SMI_READING_FIELDS))
+    extra = ["--id=" + ",".join(str(i) for i in indices)] if indices is not None else []
+    rows = _smi_rows(smi, query, *extra)
+    if rows is None:
+        return None
+    found = []
+    for row in rows:
+        if len(row) != 1 + len(SMI_READING_FIELDS) or not row[0].isdigit():
+            continue
+        found.append(GpuReading(int(row[0]), *(_number(cell) for cell in row[1:])))
+    return found
+
+
+def _number(value: Any) -> float | None:
+    """A reading as a float; None for nvidia-smi's "[N/A]" or "[Not Supported]" and anything else not a number."""
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _nvml() -> list[GpuUse] | None:
+    pynvml = _nvml_session()
+    if pynvml is None:
         return None
     try:
         found = []
@@ -92,9 +218,9 @@ def _nvidia_smi() -> list[GpuUse] | None:
     return found
 
 
-def _smi_rows(smi: str, query: str) -> list[list[str]] | None:
+def _smi_rows(smi: str, query: str, *extra: str) -> list[list[str]] | None:
     try:
-        done = subprocess.run([smi, query, "--format=csv,noheader,nounits"], capture_output=True, text=True,
+        done = subprocess.run([smi, query, *extra, "--format=csv,noheader,nounits"], capture_output=True, text=True,
                               timeout=SMI_TIMEOUT_SECONDS, check=False)
     except (OSError, subprocess.TimeoutExpired):
         return None

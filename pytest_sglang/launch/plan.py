@@ -16,8 +16,11 @@ from pathlib import Path
 from pytest_sglang.config import KINDS, SGLANG, Kind, Profile
 from pytest_sglang.errors import ProfileError
 from pytest_sglang.launch.ports import free_port, url_host
+from pytest_sglang.sim.drift import RUN_ENV
 
 SIM_ENV = "PYTEST_SGLANG_SIM"
+SIM_RUN_ENV = RUN_ENV
+SIM_ENVS = (SIM_ENV, SIM_RUN_ENV)  # what a simulated launch adds to the environment
 PORT_PLACEHOLDER = "{port}"
 # What a simulated run does not need: the simulator loads no model, runs in pytest's own Python and takes
 # no launch command, so an unset ${VAR} in these keys does not stop a --sglang-sim run.
@@ -57,8 +60,13 @@ class LaunchPlan:
         return auth_headers(self.profile.api_key)
 
 
-def plan_launch(profile: Profile, *, sim: bool, log_dir: Path, startup_timeout: float | None = None) -> LaunchPlan:
-    """Turn a profile into a command line, an environment and the rules that say when it is ready."""
+def plan_launch(profile: Profile, *, sim: bool, log_dir: Path, startup_timeout: float | None = None,
+                sim_run: str | None = None) -> LaunchPlan:
+    """Turn a profile into a command line, an environment and the rules that say when it is ready.
+
+    ``sim_run`` is the pytest run's identity for the simulator's drift (sim/drift.py, SimRun.to_env): every
+    simulator of one run gets the same one. Left out of the fingerprint: a kept server is the same server.
+    """
     profile.require(None if not sim else set(profile.unset) - NOT_NEEDED_BY_SIM)
     kind = SGLANG if sim else KINDS[profile.kind]
     host = profile.host
@@ -79,9 +87,11 @@ def plan_launch(profile: Profile, *, sim: bool, log_dir: Path, startup_timeout: 
     values = {"python": python, "model": profile.model or "", "host": host}
     unported = [_substitute(part, values) for part in template]
     argv = [part.replace(PORT_PLACEHOLDER, str(port)) for part in unported]
-    env = {**os.environ, **profile.env}
+    env = {**os.environ, **profile.launch_env}
     if sim:
         env[SIM_ENV] = json.dumps(dict(profile.sim))
+        if sim_run is not None:
+            env[SIM_RUN_ENV] = sim_run
     ready_pattern = profile.ready_pattern if profile.ready_pattern is not None else kind.ready_pattern
     health_path = profile.health_path if profile.health_path is not None else kind.health_path
     return LaunchPlan(
@@ -114,7 +124,7 @@ def _fingerprint(profile: Profile, kind: Kind, argv: list[str], sim: bool) -> st
     from pytest_sglang import __version__
 
     shape = {
-        "kind": kind.name, "argv": argv, "env": dict(profile.env), "sim": dict(profile.sim) if sim else None,
+        "kind": kind.name, "argv": argv, "env": profile.launch_env, "sim": dict(profile.sim) if sim else None,
         "ready_pattern": profile.ready_pattern, "health_path": profile.health_path, "plugin": __version__,
     }
     # A digest, not the values: the fingerprint is stored on disk and the args may hold an --api-key.

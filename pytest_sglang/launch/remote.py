@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from pytest_sglang.errors import RemoteError
-from pytest_sglang.launch.plan import REMOTE_PYTHON, SIM_ENV, LaunchPlan, base_url
+from pytest_sglang.launch.plan import REMOTE_PYTHON, SIM_ENVS, LaunchPlan, base_url
 from pytest_sglang.launch.ports import free_port, url_host
 from pytest_sglang.launch.ssh_errors import explain
 
@@ -85,7 +85,7 @@ class RemotePlan:
 
     def display(self, remote_log: str) -> list[str]:
         """The server's launch as a user would type it (for error messages): ssh HOST 'env ... argv > log'."""
-        env = [f"{k}={v}" for k, v in self.env.items() if k != SIM_ENV]
+        env = [f"{k}={v}" for k, v in self.env.items() if k not in SIM_ENVS]
         line = shlex.join([*(["env", *env] if env else []), *self.plan.argv]) + f" > {shlex.quote(remote_log)} 2>&1"
         return [shlex.join(["ssh", *self.plan.profile.ssh_options, self.destination]), shlex.quote(line)]
 
@@ -99,9 +99,9 @@ def plan_remote(plan: LaunchPlan) -> RemotePlan:
         raise RemoteError(f"[sglang {profile.name}] profile {profile.name!r} runs on {profile.ssh} over ssh, but "
                           "this machine has no ssh client on its PATH: install OpenSSH's client (openssh-client).")
     ssh = (exe, *profile.ssh_options, *SSH_DEFAULTS)
-    env = dict(profile.env)
+    env = profile.launch_env
     if plan.sim:
-        env[SIM_ENV] = plan.env[SIM_ENV]
+        env.update({name: plan.env[name] for name in SIM_ENVS if name in plan.env})
     forward, reach_host, reach_port = None, plan.host, plan.port
     if plan.host in LOOPBACK:
         reach_host, reach_port = "127.0.0.1", _free_port_besides(plan.port)

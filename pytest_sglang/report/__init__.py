@@ -12,11 +12,17 @@ warn on the second; the terminal summary, the step summary and junitxml (``sglan
 
 from pytest_sglang.report.build import SCHEMA, SCHEMA_VERSION, build_report, summarize, write_json
 from pytest_sglang.report.html import html_page, sweep_svg, write_html
-from pytest_sglang.report.junit import HEADLINE, check_properties, junit_properties, startup_failure_properties
+from pytest_sglang.report.junit import (
+    HEADLINE,
+    ab_properties,
+    check_properties,
+    junit_properties,
+    startup_failure_properties,
+)
 from pytest_sglang.report.tables import append_step_summary, gate_lines, markdown, terminal_lines
 
 __all__ = [
-    "HEADLINE", "SCHEMA", "SCHEMA_VERSION", "append_step_summary", "build_report", "check_properties", "gate_lines",
-    "html_page", "junit_properties", "markdown", "startup_failure_properties", "summarize", "sweep_svg",
+    "HEADLINE", "SCHEMA", "SCHEMA_VERSION", "ab_properties", "append_step_summary", "build_report", "check_properties",
+    "gate_lines", "html_page", "junit_properties", "markdown", "startup_failure_properties", "summarize", "sweep_svg",
     "terminal_lines", "write_html", "write_json",
 ]

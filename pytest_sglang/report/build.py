@@ -15,7 +15,8 @@ from pytest_sglang.session import SessionLedger
 
 SCHEMA = "pytest-sglang-report"
 SCHEMA_VERSION = 1
-_CHECK_DETAIL = ("rounds", "baseline_rounds", "method", "p_value", "ci_pct", "cv_pct", "baseline_cv_pct", "reason")
+_CHECK_DETAIL = ("rounds", "baseline_rounds", "method", "p_value", "ci_pct", "cv_pct", "baseline_cv_pct", "reason",
+                 "sessions")
 
 
 def _baseline_view(comps: Iterable[Comparison]) -> dict[str, Any]:
@@ -31,7 +32,7 @@ def _baseline_view(comps: Iterable[Comparison]) -> dict[str, Any]:
                 n = len(comp.entry.samples.get(metric, [value]))
                 view.setdefault(metric, {"baseline": value, "current": value, "change_pct": 0.0,
                                          "tolerance": None, "status": "recorded", "rounds": n,
-                                         "baseline_rounds": n})
+                                         "baseline_rounds": n, "sessions": len(comp.entry.sessions_of(metric))})
     return view
 
 
@@ -67,7 +68,7 @@ def _bench_key(bench: dict[str, Any]) -> str:
     return f"{bench['test_id']}@{point['param']}={point['value']:g}" if point else bench["test_id"]
 
 
-def _gate_summary(profiles: dict[str, Any]) -> dict[str, Any]:
+def _gate_summary(profiles: dict[str, Any], ab_runs: Sequence[dict[str, Any]] = ()) -> dict[str, Any]:
     summary: dict[str, Any] = {"status": None, "passed": 0, "recorded": 0, "unchecked": 0, "regressed": [],
                                "not_judged": []}
     for name, prof in profiles.items():
@@ -80,6 +81,14 @@ def _gate_summary(profiles: dict[str, Any]) -> dict[str, Any]:
                 summary[key].append({"profile": name, "test_id": test_id, "nodeid": nodeid, "reason": reason})
             else:
                 summary["unchecked" if gate is None else gate] += 1
+    for ab in ab_runs:
+        pair = f"{ab['second']} vs {ab['first']}"
+        test_id = ab["nodeid"]
+        if ab.get("gate") in ("regressed", "not-judged"):
+            key = "regressed" if ab["gate"] == "regressed" else "not_judged"
+            summary[key].append({"profile": pair, "test_id": test_id, "nodeid": test_id, "reason": ab["gate_reason"]})
+        else:
+            summary["unchecked" if ab.get("gate") is None else ab["gate"]] += 1
     if summary["regressed"]:
         summary["status"] = "regressed"
     elif summary["not_judged"]:
@@ -107,6 +116,7 @@ def build_report(ledger: SessionLedger, *, machine: Machine | None = None, commi
                 "gate": gate,
                 "gate_reason": reason,
                 "result": b.result.to_dict(),
+                "telemetry": b.result.telemetry,
                 "baseline": _baseline_view(b.comparisons),
                 "notes": [n for c in b.comparisons for n in c.notes],
                 "warnings": [w for c in b.comparisons for w in c.warnings],
@@ -138,6 +148,7 @@ def build_report(ledger: SessionLedger, *, machine: Machine | None = None, commi
         "baseline_file": baseline_path,
         "gate": None,
         "profiles": profiles,
+        "ab": [{"nodeid": a.nodeid, "outcome": a.outcome, **a.result.to_dict()} for a in ledger.ab],
     })
 
 
@@ -146,7 +157,7 @@ def summarize(report: dict[str, Any]) -> dict[str, Any]:
     ``gate``; call it again after folding other reports' benchmarks in (pytest-xdist workers')."""
     for prof in report["profiles"].values():
         prof["sweeps"] = _sweeps(prof["benchmarks"])
-    report["gate"] = _gate_summary(report["profiles"])
+    report["gate"] = _gate_summary(report["profiles"], report.get("ab", ()))
     return report
 
 

@@ -1,4 +1,5 @@
-"""The report as an HTML page: tok/s bars against the baseline, and throughput-against-latency sweep plots."""
+"""The report as an HTML page: tok/s bars against the baseline, throughput-against-latency sweep plots, and
+each benchmark's GPU and server telemetry over time (timeseries.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from pytest_sglang.bench.sweep import CURVE_X, CURVE_Y
-from pytest_sglang.report.tables import HEADERS, _rows, _test_label, gate_lines
+from pytest_sglang.report.tables import HEADERS, _rows, _test_label, gate_lines, telemetry_text
+from pytest_sglang.report.timeseries import telemetry_panels
 
 _COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#17becf")
 
@@ -123,6 +125,19 @@ def _sweep_charts(report: dict[str, Any]) -> str:
     return "".join(f"<h2>{html.escape(test)}</h2>{sweep_svg(test, curves)}" for test, curves in by_test.items())
 
 
+def _telemetry_charts(report: dict[str, Any]) -> str:
+    out = []
+    for name, prof in report["profiles"].items():
+        for bench in prof["benchmarks"]:
+            panels = telemetry_panels(bench["telemetry"]) if bench.get("telemetry") else []
+            if not panels:
+                continue
+            summary = telemetry_text(bench["result"]) or ""
+            out.append(f"<h2>{html.escape(f'{name} · {_test_label(bench)}: telemetry')}</h2>"
+                       f"<p>{html.escape(summary)} (shaded: the measured rounds)</p>" + "<br>".join(panels))
+    return "".join(out)
+
+
 def html_page(report: dict[str, Any]) -> str:
     rows_html = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>"
                         for row in _rows(report))
@@ -135,6 +150,7 @@ def html_page(report: dict[str, Any]) -> str:
             "<style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}"
             "td,th{border:1px solid #ccc;padding:4px 8px;text-align:left}</style></head><body>"
             f"<h1>pytest-sglang report</h1><p>{meta}</p>{gate_html}{_bars(report)}{_sweep_charts(report)}"
+            f"{_telemetry_charts(report)}"
             f"<table><tr>{head}</tr>{rows_html}</table></body></html>\n")
 
 

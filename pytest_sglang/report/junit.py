@@ -6,10 +6,12 @@ from collections.abc import Iterable
 
 from pytest_sglang.baseline import Comparison, gate_of
 from pytest_sglang.bench import BenchResult
+from pytest_sglang.bench.ab import ABResult
+from pytest_sglang.bench.metrics import GPU_FIGURES, SERVER_FIGURES
 
-# The figures shown per benchmark in the tables and recorded as junitxml properties.
+# The figures shown per benchmark in the tables and recorded as junitxml properties (where not None).
 HEADLINE = ("output_throughput", "median_ttft_ms", "p99_ttft_ms", "median_itl_ms", "median_e2e_latency_ms",
-            "accept_length", "goodput")
+            "accept_length", "goodput", *GPU_FIGURES, *SERVER_FIGURES)
 
 
 def junit_properties(result: BenchResult, comparisons: Iterable[Comparison] = ()) -> list[tuple[str, object]]:
@@ -46,6 +48,20 @@ def check_properties(comp: Comparison) -> list[tuple[str, object]]:
 def startup_failure_properties(cause: str | None) -> list[tuple[str, object]]:
     """A test that could not run because its server did not start: not judged, not regressed."""
     return [("sglang_gate", "not-judged"), ("sglang_gate_reason", f"the server could not start: {cause or '?'}")]
+
+
+def ab_properties(result: ABResult) -> list[tuple[str, object]]:
+    """An A/B result as junitxml properties: the pair, the pairs, each ratio and its interval."""
+    props: list[tuple[str, object]] = [("sglang_ab", f"{result.second} vs {result.first}"),
+                                       ("sglang_ab_pairs", result.pairs)]
+    for metric, ratio in result.ratio.items():
+        props.append((f"sglang_ab_ratio_{metric}", round(ratio, 4)))
+        ci = result.ci.get(metric)
+        if ci:
+            props.append((f"sglang_ab_ci_{metric}", f"{ci[0]:.4f}-{ci[1]:.4f}"))
+    if result.drift_pct is not None:
+        props.append(("sglang_ab_drift_pct", round(result.drift_pct, 2)))
+    return props
 
 
 # ---- HTML ------------------------------------------------------------------------------------------------

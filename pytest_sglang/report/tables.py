@@ -78,6 +78,31 @@ HEADERS = ["profile", "startup s", "test", "out tok/s", "TTFT ms (p50)", "ITL ms
            "tok/s vs baseline", "gate"]
 
 
+def telemetry_text(r: dict[str, Any]) -> str | None:
+    """A result's GPU and server figures in one phrase; None where none was measured."""
+    parts = []
+    if r.get("energy_per_output_token_j") is not None:
+        per_joule = r.get("output_tokens_per_joule")
+        parts.append(f"{r['energy_per_output_token_j']:.4g} J/output token"
+                     + (f" ({per_joule:.4g} tok/J)" if per_joule is not None else ""))
+    for key, label in (("gpu_util_mean_pct", "GPU util {:.0f}%"), ("gpu_power_mean_w", "{:.0f} W"),
+                       ("gpu_memory_peak_mib", "{:.0f} MiB peak"), ("gpu_sm_clock_mean_mhz", "SM {:.0f} MHz"),
+                       ("server_queue_mean", "queue {:.1f}"), ("server_kv_usage_peak", "KV peak {:.0%}")):
+        if r.get(key) is not None:
+            parts.append(label.format(r[key]))
+    return ", ".join(parts) or None
+
+
+def _telemetry_lines(report: dict[str, Any]) -> list[str]:
+    out = []
+    for name, prof in report["profiles"].items():
+        for bench in prof["benchmarks"]:
+            text = telemetry_text(bench["result"])
+            if text:
+                out.append(f"{name} {_test_label(bench)}: {text}")
+    return out
+
+
 def gate_lines(report: dict[str, Any]) -> list[str]:
     """``gate: 1 regressed, 2 not judged, 3 passed``, then one line per test that regressed or was not judged."""
     g = report.get("gate") or {}
@@ -93,10 +118,28 @@ def gate_lines(report: dict[str, Any]) -> list[str]:
     return out
 
 
+def ab_lines(report: dict[str, Any]) -> list[str]:
+    """One line per A/B run: ``A/B candidate vs main: output_throughput 0.912x (95% CI 0.89-0.93), 10 pairs
+    interleaved, p=0.002: regressed``."""
+    out = []
+    for ab in report.get("ab", ()):
+        ratio, ci, p = (ab["ratio"].get("output_throughput"), ab["ci"].get("output_throughput"),
+                        ab["p_value"].get("output_throughput"))
+        shown = f"output_throughput {ratio:.3f}x" if ratio is not None else "no throughput ratio"
+        if ci:
+            shown += f" ({ab['confidence']:.0%} CI {ci[0]:.3f}-{ci[1]:.3f})"
+        how = f"{ab['pairs']} pairs interleaved" if ab["together"] else \
+            f"bracketed, {ab['pairs']} rounds, drift {ab['drift_pct'] or 0.0:+.1f}%"
+        pval = f", p={p:.3f}" if p is not None else ""
+        out.append(f"A/B {ab['second']} vs {ab['first']}: {shown}, {how}{pval}: {_GATE_WORD.get(ab['gate'] or '', '-')}"
+                   f"  [{ab['nodeid']}]")
+    return out
+
+
 def terminal_lines(report: dict[str, Any]) -> list[str]:
     rows = _rows(report)
     if not rows:
-        return []
+        return ab_lines(report) + gate_lines(report)
     widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(HEADERS)]
     out = ["  ".join(h.ljust(w) for h, w in zip(HEADERS, widths, strict=True)),
            "  ".join("-" * w for w in widths)]
@@ -113,7 +156,8 @@ def terminal_lines(report: dict[str, Any]) -> list[str]:
         for bench in prof["benchmarks"]:
             for note in bench["notes"]:
                 out.append(f"note: {note}")
-    return out + gate_lines(report)
+    out += [f"telemetry: {line}" for line in _telemetry_lines(report)]
+    return out + ab_lines(report) + gate_lines(report)
 
 
 def markdown(report: dict[str, Any]) -> str:
@@ -126,6 +170,13 @@ def markdown(report: dict[str, Any]) -> str:
     lines.append("|" + "|".join("---" for _ in HEADERS) + "|")
     for r in rows:
         lines.append("| " + " | ".join(c.replace("|", "\\|") for c in r) + " |")
+    telemetry = _telemetry_lines(report)
+    if telemetry:
+        lines += ["", "GPU and server telemetry (medians of the rounds):", ""]
+        lines += [f"- {line}" for line in telemetry]
+    ab_shown = ab_lines(report)
+    if ab_shown:
+        lines += ["", *(f"- {line}" for line in ab_shown)]
     gates = gate_lines(report)
     if gates:
         lines += ["", f"**{gates[0]}**", ""]

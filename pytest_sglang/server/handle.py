@@ -123,6 +123,13 @@ class ServerHandle:
         """The fingerprint of the machine the server runs on where that is not this one; None: this one."""
         return self.liveness.machine(server) if isinstance(self.liveness, Elsewhere) else None
 
+    @property
+    def ssh_host(self) -> str | None:
+        """The ssh host the server runs on (its URL may still be this machine's, through ``ssh -L``); None: here."""
+        if not isinstance(self.liveness, Elsewhere):
+            return None
+        return str(getattr(getattr(self.liveness, "process", None), "host", None) or "an ssh host")
+
 
 @dataclass(eq=False)
 class LoggedCrashes:

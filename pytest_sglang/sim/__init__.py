@@ -8,8 +8,9 @@ environment variable (see config.Knobs); faults ("traceback", "exit", "hang", "b
 crashes reproduce SGLang's real failure modes. `python -m pytest_sglang.sim.replay LOGFILE` replays a real
 server log through a real process instead.
 
-Modules: config (flags and knobs), logfmt (SGLang's line format), engine (tokens and their schedule),
-server (main process and HTTP), worker (scheduler and detokenizer children), replay (log replayer).
+Modules: config (flags and knobs), logfmt (SGLang's line format), engine (tokens and their schedule), drift
+(the host's speed: a factor per pytest run and a wander within it), server (main process and HTTP), worker
+(scheduler and detokenizer children), replay (log replayer).
 """
 
 from __future__ import annotations

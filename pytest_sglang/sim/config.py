@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 from dataclasses import asdict, dataclass, fields
 from typing import Any
@@ -27,11 +28,14 @@ class Knobs:
     accept_length: float = 3.2  # tokens per verify step, only under speculative decoding
     spec_speedup: float = 1.0  # per-request pace multiplier under speculative decoding
     jitter: float = 0.0  # fraction: each benchmark round's pace (decode and TTFT) varies at random by up to this
+    session_drift: float = 0.0  # CV of one lognormal speed factor per pytest run, shared by its servers (drift.py)
+    wander: float = 0.0  # per minute: the speed's slow random walk within a run, sd of log speed after 1 min
     output_variant: int = 0  # not 0: every output token from the 5th on differs from variant 0's (engine.py)
     output_margin: float = 4.0  # nats each output token leads its runner-up by (the other variant's token)
     vocab_size: int = 32000  # token ids at or above it are answered 400 "out of vocabulary"; /tokenize keeps below
     metrics_format: str = "sglang"  # /metrics in SGLang's names (with --enable-metrics) or "vllm" (always)
     metrics_skew: int = 0  # /metrics counts this many generation tokens too many per request (a miscounting server)
+    reuse_port: bool = False  # SO_REUSEPORT: simulators started on one port share its load (a faster "server")
 
     @property
     def fault_at(self) -> float:
@@ -83,6 +87,10 @@ def _validate(k: Knobs) -> None:
     num("spec_speedup", True)
     num("jitter", False)
     num("output_margin", False)
+    for name in ("session_drift", "wander"):
+        num(name, False)
+        if not math.isfinite(getattr(k, name)):
+            raise KnobError(f"{KNOB_ENV}: {name} must be a finite number (0.15: about 15 %), got {getattr(k, name)!r}")
     if k.jitter >= 1:
         raise KnobError(f"{KNOB_ENV}: jitter must be a fraction below 1 (0.05: up to 5 %), got {k.jitter!r}")
     for name, least in (("output_variant", None), ("vocab_size", 256), ("metrics_skew", 0)):
@@ -105,6 +113,7 @@ def _validate(k: Knobs) -> None:
     ):
         raise KnobError(f"{KNOB_ENV}: crash_after_requests must be an integer >= 0 or null")
     k.ignore_sigterm = bool(k.ignore_sigterm)
+    k.reuse_port = bool(k.reuse_port)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -16,6 +16,9 @@ factor drawn uniformly from [1 - j, 1 + j] and the TTFT divided by it. A busy pe
 that arrives after the engine has been idle (nothing running or queued) for at least ``JITTER_IDLE_S``; the
 benchmark runner pauses longer than that between rounds, so every round of ``sglang_bench(rounds=N)`` gets
 its own pace, while the requests of one round (even back to back at concurrency 1) share one.
+
+Host drift (the ``session_drift`` and ``wander`` knobs, drift.py) multiplies the pace (and divides the TTFT)
+of each request by the host's speed as it arrives, on top of the jitter.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ import random
 import threading
 import time
 import zlib
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
 
 WORDS = (
@@ -123,7 +126,7 @@ class Engine:
     """Batch slots (max_batch; the rest queue) and paced chunk delivery."""
 
     def __init__(self, pacing: Pacing, max_batch: int, *, jitter: float = 0.0,
-                 rng: random.Random | None = None) -> None:
+                 rng: random.Random | None = None, host_speed: Callable[[], float] | None = None) -> None:
         self.pacing = pacing
         self.slots = threading.BoundedSemaphore(max_batch)
         self._lock = threading.Lock()
@@ -132,20 +135,27 @@ class Engine:
         self.jitter = jitter
         self.rng = rng or random.Random()
         self.pace_factor = 1.0  # this busy period's pace multiplier (1.0 without jitter)
+        self.host_speed = host_speed  # the host's drift (drift.HostSpeed.factor), read as each request arrives
         self._idle_since: float | None = None  # None: never busy yet
 
     def _paced(self) -> Pacing:
-        """The pacing of a request arriving now; draws a new factor at the start of a busy period."""
-        if not self.jitter:
+        """The pacing of a request arriving now: the host's speed now times this round's jitter."""
+        factor = (self.host_speed() if self.host_speed else 1.0) * self._jitter_factor()
+        if factor == 1.0:
             return self.pacing
+        return dataclasses.replace(self.pacing, decode_tok_s=self.pacing.decode_tok_s * factor,
+                                   ttft_s=self.pacing.ttft_s / factor)
+
+    def _jitter_factor(self) -> float:
+        """This busy period's jitter; draws a new one at the start of a busy period."""
+        if not self.jitter:
+            return 1.0
         now = time.monotonic()
         with self._lock:
             idle = self.running == 0 and self.queued == 0
             if idle and (self._idle_since is None or now - self._idle_since >= JITTER_IDLE_S):
                 self.pace_factor = self.rng.uniform(1.0 - self.jitter, 1.0 + self.jitter)
-            factor = self.pace_factor
-        return dataclasses.replace(self.pacing, decode_tok_s=self.pacing.decode_tok_s * factor,
-                                   ttft_s=self.pacing.ttft_s / factor)
+            return self.pace_factor
 
     def stream(self, tokens: list[int]) -> Generator[tuple[list[int], bool], None, None]:
         """Yield (new token ids, is_last) on schedule; holds a batch slot while it runs."""

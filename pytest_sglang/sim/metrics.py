@@ -9,7 +9,11 @@ histograms ``sglang:time_to_first_token_seconds``, ``sglang:inter_token_latency_
 ``vllm:spec_decode_num_accepted_tokens_total`` and ``vllm:time_to_first_token_seconds``,
 ``vllm:inter_token_latency_seconds``, ``vllm:e2e_request_latency_seconds``. The counters count every request
 when it finishes (the server's own warmup too, as the real servers do); the ``metrics_skew`` knob adds that
-many generation tokens per request, a miscounting server for the tests of the second witness.
+many generation tokens per request, a miscounting server for the tests of the second witness. The gauges
+follow the engine's load as it is at the scrape: requests running and queued (``sglang:num_running_reqs``,
+``sglang:num_queue_reqs``; ``vllm:num_requests_running``, ``vllm:num_requests_waiting``) and the KV-cache
+usage, each running request holding one ``max_batch``-th of it (``sglang:token_usage``;
+``vllm:kv_cache_usage_perc``).
 
 Tokenizer (``/tokenize``, ``/detokenize``): a word-level vocabulary of ``vocab_size`` ids (knob, default
 32000): the simulator's output words keep their ids (100 + index), any other word hashes into the rest.
@@ -19,7 +23,7 @@ from __future__ import annotations
 
 import threading
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from pytest_sglang.sim.engine import TOKEN_ID_BASE, WORDS
@@ -78,8 +82,11 @@ class _Histogram:
 class Metrics:
     """The counters and histograms of one simulated server."""
 
-    def __init__(self, *, fmt: str, model: str, skew: int = 0, num_draft_tokens: int = 4) -> None:
+    def __init__(self, *, fmt: str, model: str, skew: int = 0, num_draft_tokens: int = 4,
+                 load: Callable[[], tuple[int, int]] = lambda: (0, 0), max_batch: int = 1) -> None:
         self.fmt = fmt
+        self.load = load  # (running, queued) now
+        self.max_batch = max_batch
         self.model = model
         self.skew = skew
         self.num_draft_tokens = num_draft_tokens
@@ -109,9 +116,15 @@ class Metrics:
         with self._lock:
             return "\n".join(self._sglang() if self.fmt == "sglang" else self._vllm()) + "\n"
 
-    def _counter(self, name: str, labels: str, value: float) -> list[str]:
-        return [f"# HELP {name} {name.split(':', 1)[-1]}.", f"# TYPE {name} counter",
+    def _counter(self, name: str, labels: str, value: float, kind: str = "counter") -> list[str]:
+        return [f"# HELP {name} {name.split(':', 1)[-1]}.", f"# TYPE {name} {kind}",
                 f"{name}{{{labels}}} {float(value)}"]
+
+    def _gauges(self, labels: str, running: str, queued: str, usage: str) -> list[str]:
+        now_running, now_queued = self.load()
+        out = self._counter(running, labels, now_running, "gauge")
+        out += self._counter(queued, labels, now_queued, "gauge")
+        return out + self._counter(usage, labels, now_running / self.max_batch, "gauge")
 
     def _sglang(self) -> list[str]:
         base = f'model_name="{self.model}",engine_type="unified",tp_rank="0",pp_rank="0"'
@@ -124,7 +137,7 @@ class Metrics:
         out += self.ttft.lines("sglang:time_to_first_token_seconds", stream)
         out += self.itl.lines("sglang:inter_token_latency_seconds", base)
         out += self.e2e.lines("sglang:e2e_request_latency_seconds", stream)
-        return out
+        return out + self._gauges(base, "sglang:num_running_reqs", "sglang:num_queue_reqs", "sglang:token_usage")
 
     def _vllm(self) -> list[str]:
         labels = f'engine="0",model_name="{self.model}"'
@@ -141,4 +154,5 @@ class Metrics:
         out += self.ttft.lines("vllm:time_to_first_token_seconds", labels)
         out += self.itl.lines("vllm:inter_token_latency_seconds", labels)
         out += self.e2e.lines("vllm:e2e_request_latency_seconds", labels)
-        return out
+        return out + self._gauges(labels, "vllm:num_requests_running", "vllm:num_requests_waiting",
+                                  "vllm:kv_cache_usage_perc")

@@ -25,6 +25,7 @@ from types import FrameType
 from typing import Any
 
 from pytest_sglang.sim.config import KNOB_ENV, KnobError, Knobs, ServerArgs, load_knobs, parse_args
+from pytest_sglang.sim.drift import HostSpeed, RunError, SimRun
 from pytest_sglang.sim.engine import (
     Engine,
     Pacing,
@@ -41,6 +42,12 @@ class SimHTTPServer(ThreadingHTTPServer):
     allow_reuse_address = True
     request_queue_size = 1024
     sim: SimServer
+    share_port = False  # the reuse_port knob: SO_REUSEPORT, several simulators splitting one port's connections
+
+    def server_bind(self) -> None:
+        if self.share_port:
+            self.socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        super().server_bind()
 
 
 class SimHTTPServer6(SimHTTPServer):
@@ -48,7 +55,7 @@ class SimHTTPServer6(SimHTTPServer):
 
 
 class SimServer:
-    def __init__(self, args: ServerArgs, knobs: Knobs) -> None:
+    def __init__(self, args: ServerArgs, knobs: Knobs, run: SimRun) -> None:
         self.args = args
         self.knobs = knobs
         self.log = Logger()
@@ -60,8 +67,10 @@ class SimServer:
             accept_length=knobs.accept_length if args.speculative else None,
             spec_speedup=knobs.spec_speedup,
         )
-        self.engine = Engine(self.pacing, knobs.max_batch, jitter=knobs.jitter)
-        self.metrics = Metrics(fmt=knobs.metrics_format, model=args.served_model_name, skew=knobs.metrics_skew)
+        self.host_speed = HostSpeed(run, knobs.session_drift, knobs.wander)
+        self.engine = Engine(self.pacing, knobs.max_batch, jitter=knobs.jitter, host_speed=self.host_speed.factor)
+        self.metrics = Metrics(fmt=knobs.metrics_format, model=args.served_model_name, skew=knobs.metrics_skew,
+                               load=lambda: (self.engine.running, self.engine.queued), max_batch=knobs.max_batch)
         self.ready = threading.Event()
         self.http_up = False
         self.children: list[subprocess.Popen[bytes]] = []
@@ -79,6 +88,10 @@ class SimServer:
         warmup = self.pacing.ttft_s + 7 / self.pacing.pace + 0.05
         ranks_end = max(0.5 * S, S - warmup - 0.03 * S)
         self.log.line(f"server_args={self.args.repr_line()}")
+        if self.host_speed.drifts:
+            self.log.line(f"sim host speed: session factor {self.host_speed.session:.4f} "
+                          f"(session_drift {self.knobs.session_drift}, wander {self.knobs.wander} per minute, "
+                          f"seed {self.host_speed.run.seed})")
         try:
             self.bind()
         except OSError as exc:
@@ -108,6 +121,7 @@ class SimServer:
 
     def bind(self) -> None:
         cls = SimHTTPServer6 if ":" in self.args.host else SimHTTPServer
+        cls.share_port = self.knobs.reuse_port
         self.httpd = cls((self.args.host, self.args.port), Handler)
         self.httpd.sim = self
 
@@ -286,8 +300,9 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     try:
         knobs = load_knobs()
-    except KnobError as exc:
+        run = SimRun.from_env()
+    except (KnobError, RunError) as exc:
         print(f"pytest_sglang.sim: {exc}", file=sys.stderr, flush=True)
         return 2
     args = parse_args(argv, knobs)
-    return SimServer(args, knobs).run()
+    return SimServer(args, knobs, run).run()

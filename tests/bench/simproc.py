@@ -36,12 +36,18 @@ class SimServer:
     model: str | None = "sim-model"
     profile: str = "sim"
     startup_seconds: float = 0.0
+    host: str = "127.0.0.1"
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
 
 
 @contextmanager
-def run_sim(tmp: Path, knobs: dict[str, Any], *args: str, api_key: str | None = None) -> Iterator[SimServer]:
+def run_sim(tmp: Path, knobs: dict[str, Any], *args: str, api_key: str | None = None,
+            env: dict[str, str] | None = None) -> Iterator[SimServer]:
     port = free_port()
-    env = dict(os.environ, PYTEST_SGLANG_SIM=json.dumps({"startup_seconds": 0.2, **knobs}))
+    env = dict(os.environ, **(env or {}), PYTEST_SGLANG_SIM=json.dumps({"startup_seconds": 0.2, **knobs}))
     cmd = [sys.executable, "-m", "pytest_sglang.sim", "--model-path", "sim-model", "--port", str(port), *args]
     if api_key:
         cmd += ["--api-key", api_key]

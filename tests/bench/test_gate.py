@@ -170,10 +170,11 @@ def test_version_1_files_load_as_one_sample_each(tmp_path: Path) -> None:
     assert "5 rounds vs 1: judged by the tolerance alone" in check.message
     store.record("p", T, M, {"median_ttft_ms": [40.0, 41.0, 42.0]})
     data = json.loads(path.read_text())
-    assert data["version"] == 2
+    assert data["version"] == 3
     entry = data["baselines"]["p"][T][M.key]
     assert entry["metrics"] == {"output_throughput": 344.7, "median_ttft_ms": 41.0}
     assert entry["samples"] == {"median_ttft_ms": [40.0, 41.0, 42.0]}
+    assert entry["sessions"] == {"output_throughput": [344.7], "median_ttft_ms": [41.0]}  # the old figure: one
 
 
 def test_bad_samples_are_a_broken_file(tmp_path: Path) -> None:

@@ -1,0 +1,316 @@
+"""What the server's GPUs and its own gauges did during each benchmark round, and the figures drawn from it.
+
+During every measured round (the warmup excluded) two background threads sample: the GPUs the server uses at
+about :data:`GPU_INTERVAL_S` (utilisation, memory used, power, SM clock, temperature: launch/gpus.py's
+:class:`~pytest_sglang.launch.gpus.GpuReader`, NVML or nvidia-smi), and the server's ``/metrics`` gauges at
+about :data:`SERVER_INTERVAL_S` (requests running and queued, KV-cache usage, generation throughput:
+server_metrics.GAUGES). Each thread is started when a round starts and joined when it ends, so none outlives
+its round; :data:`MAX_ROUND_S` bounds one that is never told to stop.
+
+The server's GPUs: those its process tree holds memory on (the driver's process list), else its
+``CUDA_VISIBLE_DEVICES``, else every GPU. A server on an ssh host is not sampled yet (its GPUs are not this
+machine's); its figures are None and ``gpu_unmeasured`` says why.
+
+Per round, over the measured duration (first request sent to last response done), :meth:`Telemetry.apply`
+sets: ``gpu_energy_j`` (the power of the server's GPUs, summed over them, integrated over time: linear
+between readings, the first and last held to the edges), ``gpu_power_mean_w`` (that energy over the
+duration), ``energy_per_output_token_j`` and ``output_tokens_per_joule``, ``gpu_util_mean_pct`` and
+``gpu_sm_clock_mean_mhz`` (means over the round's readings and GPUs), ``gpu_memory_peak_mib`` (the most any
+one GPU held), ``server_queue_mean`` and ``server_kv_usage_peak`` (a share, 0 to 1). :meth:`Telemetry.series`
+is the time series for the report (docs/report-schema.md, "telemetry"). Knows nothing about pytest.
+"""
+
+from __future__ import annotations
+
+import bisect
+import contextlib
+import ipaddress
+import math
+import os
+import statistics
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import psutil
+
+from pytest_sglang.bench.client import Client
+from pytest_sglang.bench.server_metrics import scrape
+from pytest_sglang.envknobs import GPU_QUERY_ENV, env_knobs
+from pytest_sglang.launch.gpus import SMI_TIMEOUT_SECONDS, GpuReader, GpuReading, gpu_processes
+
+GPU_INTERVAL_S = 0.1
+SERVER_INTERVAL_S = 1 / 3
+SCRAPE_TIMEOUT_S = 2.0
+MAX_ROUND_S = 6 * 3600.0  # a sampler never told to stop ends by itself after this long
+_READING_FIELDS = ("util_pct", "memory_used_mib", "power_w", "sm_clock_mhz", "temperature_c")
+_GAUGE_FIELDS = ("running", "queued", "kv_usage", "gen_throughput")
+
+
+@dataclass
+class _Sampler:
+    """One background thread calling ``take`` every ``interval`` seconds until stopped; ``take`` returns the
+    sample to keep (stamped with time.perf_counter()) or None."""
+
+    name: str
+    interval: float
+    take: Callable[[], Any]
+    samples: list[tuple[float, Any]] = field(default_factory=list)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop and join; one last sample is taken on the way out, so the round's end is covered."""
+        thread, self._thread = self._thread, None
+        if thread is None:
+            return
+        self._stop.set()
+        thread.join(timeout=SMI_TIMEOUT_SECONDS + SCRAPE_TIMEOUT_S)
+
+    def _run(self) -> None:
+        deadline = time.perf_counter() + MAX_ROUND_S
+        while True:
+            self._keep()
+            if self._stop.wait(self.interval) or time.perf_counter() > deadline:
+                self._keep()
+                return
+
+    def _keep(self) -> None:
+        value = self.take()
+        if value is not None:
+            self.samples.append((time.perf_counter(), value))
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _tree(pid: int) -> tuple[set[int], dict[str, str]]:
+    """The pids of ``pid``'s tree and the root's environment (empty where it cannot be read)."""
+    pids = {pid}
+    env: dict[str, str] = {}
+    with contextlib.suppress(psutil.Error):
+        root = psutil.Process(pid)
+        pids.update(child.pid for child in root.children(recursive=True))
+        env = root.environ()
+    return pids, env
+
+
+def _visible(value: str | None) -> list[int] | None:
+    """CUDA_VISIBLE_DEVICES as indices; None where unset or not plain indices (UUIDs, MIG names)."""
+    if not value or not value.strip():
+        return None
+    parts = [p.strip() for p in value.split(",")]
+    return [int(p) for p in parts] if all(p.isdigit() for p in parts) else None
+
+
+def server_gpus(pid: int | None) -> tuple[list[int] | None, str]:
+    """The GPUs of the server whose root is ``pid`` (None: every GPU), and how that was found."""
+    pids, env = _tree(pid) if pid is not None else (set(), {})
+    held = sorted({use.index for use in gpu_processes() or [] if use.pid in pids and use.index is not None})
+    if held:
+        return held, "held by the server's processes"
+    visible = _visible(env.get("CUDA_VISIBLE_DEVICES") if env else os.environ.get("CUDA_VISIBLE_DEVICES"))
+    if visible is not None:
+        return visible, "CUDA_VISIBLE_DEVICES"
+    return None, "all GPUs (neither the server's processes nor CUDA_VISIBLE_DEVICES said which)"
+
+
+def _integral(points: Sequence[tuple[float, float]], lo: float, hi: float) -> float:
+    """The integral over [lo, hi] of the piecewise-linear curve through ``points`` (time-sorted), the first and
+    last values held beyond them."""
+    if hi <= lo or not points:
+        return 0.0
+    times = [t for t, _ in points]
+
+    def at(t: float) -> float:
+        k = bisect.bisect_right(times, t)
+        if k == 0:
+            return points[0][1]
+        if k == len(points):
+            return points[-1][1]
+        (t0, v0), (t1, v1) = points[k - 1], points[k]
+        return v0 + (v1 - v0) * (t - t0) / (t1 - t0)
+
+    inside = points[bisect.bisect_right(times, lo):bisect.bisect_left(times, hi)]
+    knots = [(lo, at(lo)), *inside, (hi, at(hi))]
+    return sum((b - a) * (va + vb) / 2 for (a, va), (b, vb) in zip(knots, knots[1:], strict=False))
+
+
+def _mean(values: Sequence[float | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    return statistics.fmean(present) if present else None
+
+
+class Telemetry:
+    """The runner's sampler: :meth:`round_started` / :meth:`round_ended` around each measured round, then
+    :meth:`apply` writes each round's figures and :meth:`series` gives the time series; :meth:`close` at the
+    end, whatever happened."""
+
+    def __init__(self, *, base_url: str, api_key: str | None, host: str | None, pid: int | None, kind: str,
+                 ssh_host: str | None = None, enabled: bool = True) -> None:
+        self.gpus: list[int] | None = None
+        self.gpus_from: str | None = None
+        self.gpu_unmeasured: str | None = None
+        self.server_unmeasured: str | None = None
+        self._reader: GpuReader | None = None
+        self._gpu: _Sampler | None = None
+        self._server: _Sampler | None = None
+        self._client: Client | None = None
+        self.windows: list[tuple[float, float]] = []  # each round's samplers' start and stop
+        self.round_gpu: list[list[tuple[float, list[GpuReading]]]] = []
+        self.round_server: list[list[tuple[float, dict[str, float]]]] = []
+        if not enabled:
+            self.gpu_unmeasured = self.server_unmeasured = "telemetry was turned off (telemetry=False)"
+            return
+        elsewhere = ssh_host or (host if host is not None and not _loopback(host) else None)
+        if elsewhere:
+            self.gpu_unmeasured = (f"the server runs on {elsewhere}, not this machine: GPU telemetry of another "
+                                   "machine (an ssh host's through the remote agent) is not sampled yet")
+        else:
+            self._start_gpus(pid)
+        self._client = Client(base_url, api_key=api_key, timeout=SCRAPE_TIMEOUT_S)  # the sampler thread's own
+        first = scrape(self._client, timeout=SCRAPE_TIMEOUT_S)
+        self.family = first.family if first is not None else None
+        if first is None:
+            hint = " (SGLang serves it with --enable-metrics in the profile's args)" if kind == "sglang" else ""
+            self.server_unmeasured = f"the server at {base_url} has no /metrics{hint}"
+        else:
+            self._server = _Sampler("sglang-telemetry-server", SERVER_INTERVAL_S, self._gauges)
+
+    def _start_gpus(self, pid: int | None) -> None:
+        self._reader = GpuReader()
+        if self._reader.source is None:
+            self.gpu_unmeasured = ("no GPU to ask: " + (f"{GPU_QUERY_ENV}=off" if env_knobs().gpu_query == "off"
+                                                        else "no NVML (pip install 'pytest-sglang[gpu]') and no "
+                                                        "nvidia-smi on PATH"))
+            return
+        self.gpus, self.gpus_from = server_gpus(pid)
+        if self._reader.read(self.gpus) is None:
+            self.gpu_unmeasured = f"{self._reader.source} did not answer for GPUs {self._gpu_names()}"
+            return
+        self._gpu = _Sampler("sglang-telemetry-gpu", GPU_INTERVAL_S, self._readings)
+
+    def _gpu_names(self) -> str:
+        return "all" if self.gpus is None else ",".join(map(str, self.gpus))
+
+    def _readings(self) -> list[GpuReading] | None:
+        assert self._reader is not None
+        return self._reader.read(self.gpus) or None
+
+    def _gauges(self) -> dict[str, float] | None:
+        snap = scrape(self._client, timeout=SCRAPE_TIMEOUT_S)
+        return dict(snap.gauges) if snap is not None and snap.gauges else None
+
+    def round_started(self) -> None:
+        for sampler in (self._gpu, self._server):
+            if sampler is not None:
+                sampler.samples = []
+                sampler.start()
+        self.windows.append((time.perf_counter(), math.nan))
+
+    def round_ended(self) -> None:
+        if not self.windows or not math.isnan(self.windows[-1][1]):
+            return
+        for sampler in (self._gpu, self._server):
+            if sampler is not None:
+                sampler.stop()
+        self.windows[-1] = (self.windows[-1][0], time.perf_counter())
+        self.round_gpu.append(list(self._gpu.samples) if self._gpu else [])
+        self.round_server.append(list(self._server.samples) if self._server else [])
+
+    def close(self) -> None:
+        self.round_ended()
+        if self._reader is not None:
+            self._reader.close()
+        if self._client is not None:
+            self._client.close()
+
+    def apply(self, rounds: Sequence[Any]) -> None:
+        """Set each round's figures (metrics.GPU_FIGURES, SERVER_FIGURES) and why those left None are."""
+        if self.server_unmeasured is None and not any(self.round_server):
+            self.server_unmeasured = "the server's /metrics has none of the running/queued/KV-cache gauges"
+        for k, one in enumerate(rounds):
+            one.gpu_unmeasured, one.server_unmeasured = self.gpu_unmeasured, self.server_unmeasured
+            if k >= len(self.round_gpu):
+                continue
+            lo, hi = _measured_window(one)
+            if self.gpu_unmeasured is None and self.round_gpu[k]:
+                _gpu_figures(one, self.round_gpu[k], lo, hi)
+            if self.server_unmeasured is None and self.round_server[k]:
+                gauges = [g for _, g in self.round_server[k]]
+                one.server_queue_mean = _mean([g.get("queued") for g in gauges])
+                kv = [g["kv_usage"] for g in gauges if "kv_usage" in g]
+                one.server_kv_usage_peak = max(kv) if kv else None
+
+    def series(self, rounds: Sequence[Any]) -> dict[str, Any] | None:
+        """The report's ``telemetry``: seconds from the first round's start; None where nothing was sampled."""
+        if not self.windows or (not any(self.round_gpu) and not any(self.round_server)):
+            return None
+        origin = self.windows[0][0]
+
+        def rel(t: float) -> float:
+            return round(t - origin, 4)
+
+        gpu_t = [t for samples in self.round_gpu for t, _ in samples]
+        per_gpu: dict[int, dict[str, list[float | None]]] = {}
+        for samples in self.round_gpu:
+            for _, readings in samples:
+                for reading in readings:
+                    per_gpu.setdefault(reading.index, {name: [] for name in _READING_FIELDS})
+        for samples in self.round_gpu:
+            for _, readings in samples:
+                by_index = {r.index: r for r in readings}
+                for index, columns in per_gpu.items():
+                    found = by_index.get(index)
+                    for name in _READING_FIELDS:
+                        columns[name].append(getattr(found, name) if found else None)
+        server_t = [t for samples in self.round_server for t, _ in samples]
+        server = {name: [g.get(name) for samples in self.round_server for _, g in samples] for name in _GAUGE_FIELDS}
+        return {
+            "rounds": [[rel(lo), rel(hi)] for lo, hi in (_measured_window(one) for one in rounds)],
+            "gpu": None if not gpu_t else {"source": self._reader.source if self._reader else None,
+                                           "gpus_from": self.gpus_from, "t": [rel(t) for t in gpu_t],
+                                           "gpus": {str(i): cols for i, cols in sorted(per_gpu.items())}},
+            "server": None if not server_t else {"family": self.family, "t": [rel(t) for t in server_t],
+                                                 **{k: v for k, v in server.items() if any(x is not None for x in v)}},
+            "gpu_unmeasured": self.gpu_unmeasured,
+            "server_unmeasured": self.server_unmeasured,
+        }
+
+
+def _measured_window(one: Any) -> tuple[float, float]:
+    """First request sent to last response done: the round's ``duration``."""
+    requests = getattr(one, "requests", None) or []
+    if not requests:
+        return 0.0, 0.0
+    return min(r.start for r in requests), max(r.start + r.latency for r in requests)
+
+
+def _gpu_figures(one: Any, samples: list[tuple[float, list[GpuReading]]], lo: float, hi: float) -> None:
+    power = [(t, sum(r.power_w for r in readings if r.power_w is not None)) for t, readings in samples
+             if any(r.power_w is not None for r in readings)]
+    readings = [r for _, rs in samples for r in rs]
+    if power and hi > lo:
+        energy = _integral(power, lo, hi)
+        one.gpu_energy_j = energy
+        one.gpu_power_mean_w = energy / (hi - lo)
+        tokens = one.total_output_tokens
+        one.energy_per_output_token_j = energy / tokens if tokens else None
+        one.output_tokens_per_joule = tokens / energy if energy > 0 else None
+    one.gpu_util_mean_pct = _mean([r.util_pct for r in readings])
+    one.gpu_sm_clock_mean_mhz = _mean([r.sm_clock_mhz for r in readings])
+    memory = [r.memory_used_mib for r in readings if r.memory_used_mib is not None]
+    one.gpu_memory_peak_mib = max(memory) if memory else None

@@ -1,0 +1,269 @@
+"""GPU and server telemetry during the rounds (issue 20 points 1, 2 and 4), without a GPU: a fake nvidia-smi on
+PATH (tests/helpers.py FakeGpu) answering --query-gpu for the fields asked, and the simulator's /metrics
+gauges following its load. Energy per token is checked against the fake's power, the measured duration and
+the tokens of the result itself."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import statistics
+import struct
+import subprocess
+import threading
+import zlib
+from pathlib import Path
+
+import pytest
+from helpers import FakeGpu
+
+from pytest_sglang.baseline import BaselineStore, Machine, compare
+from pytest_sglang.bench import run_bench
+from pytest_sglang.bench.metrics import GPU_FIGURES, SERVER_FIGURES
+from pytest_sglang.bench.server_metrics import snapshot
+from pytest_sglang.bench.telemetry import Telemetry, _integral, server_gpus
+from pytest_sglang.launch.gpus import GpuReader, GpuReading
+
+from .simproc import run_sim
+
+pytestmark = pytest.mark.timeout(120)
+
+IDLE = {"power.draw": 61.5, "utilization.gpu": 0, "memory.used": 500, "clocks.sm": 345, "temperature.gpu": 31}
+BUSY = {"power.draw": 412.25, "utilization.gpu": 87, "memory.used": 71000, "clocks.sm": 1980,
+        "temperature.gpu": 58}
+SIM = {"decode_tok_s": 40, "ttft_ms": 20, "max_batch": 4}
+
+
+@pytest.fixture
+def fake_gpu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeGpu:
+    gpu = FakeGpu(tmp_path).install(monkeypatch)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    gpu.read_as(0, **IDLE)
+    gpu.read_as(1, **BUSY)
+    return gpu
+
+
+def _samplers() -> list[str]:
+    return [t.name for t in threading.enumerate() if t.name.startswith("sglang-telemetry")]
+
+
+def test_the_gauges_in_either_servers_names() -> None:
+    sglang = snapshot('sglang:num_running_reqs{tp_rank="0",dp_rank="0"} 3\nsglang:num_running_reqs{dp_rank="1"} 2\n'
+                      'sglang:num_queue_reqs 7\nsglang:token_usage{dp_rank="0"} 0.4\nsglang:token_usage 0.9\n'
+                      'sglang:gen_throughput 1234.5\n')
+    assert sglang is not None
+    assert sglang.gauges == {"running": 5.0, "queued": 7.0, "kv_usage": 0.9, "gen_throughput": 1234.5}
+    old_vllm = snapshot('vllm:num_requests_running{engine="0"} 4\nvllm:num_requests_waiting 1\n'
+                        'vllm:gpu_cache_usage_perc 0.25\n')
+    assert old_vllm is not None and old_vllm.gauges == {"running": 4.0, "queued": 1.0, "kv_usage": 0.25}
+
+
+def test_the_servers_gpus_from_its_pids_else_its_visible_devices(
+    fake_gpu: FakeGpu, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with subprocess.Popen(["sleep", "60"]) as server:
+        try:
+            assert server_gpus(server.pid)[0] is None  # neither says: every GPU
+            monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+            assert server_gpus(None) == ([1], "CUDA_VISIBLE_DEVICES")
+            fake_gpu.hold(server.pid)  # the fake reports its compute apps on GPU 0
+            assert server_gpus(server.pid) == ([0], "held by the server's processes")
+        finally:
+            server.kill()
+
+
+def test_energy_per_token_is_the_servers_gpu_power_over_the_measured_duration(
+    fake_gpu: FakeGpu, tmp_path: Path
+) -> None:
+    with run_sim(tmp_path, SIM, "--enable-metrics", env={"CUDA_VISIBLE_DEVICES": "1"}) as sim:
+        r = run_bench(sim, num_requests=8, concurrency=8, input_len=16, output_len=20, warmup=1, rounds=2)
+    assert not _samplers()
+    power = BUSY["power.draw"]  # only GPU 1 is the server's; GPU 0 idles at another power
+    for one in r.rounds:
+        assert one.gpu_energy_j == pytest.approx(power * one.duration, rel=1e-9)
+        assert one.energy_per_output_token_j == pytest.approx(power * one.duration / one.total_output_tokens,
+                                                              rel=1e-9)
+        assert one.output_tokens_per_joule == pytest.approx(1 / one.energy_per_output_token_j)
+    assert r.gpu_power_mean_w == pytest.approx(power)
+    assert (r.gpu_util_mean_pct, r.gpu_memory_peak_mib, r.gpu_sm_clock_mean_mhz) == (
+        BUSY["utilization.gpu"], BUSY["memory.used"], BUSY["clocks.sm"])
+    assert r.energy_per_output_token_j == statistics.median(one.energy_per_output_token_j for one in r.rounds)
+    # 8 in flight, 4 batch slots, two waves of half a second: the server's gauges saw a queue and a full KV cache
+    assert all(one.server_kv_usage_peak == 1.0 and (one.server_queue_mean or 0) > 0 for one in r.rounds)
+    assert r.gpu_unmeasured is None and r.server_unmeasured is None
+    series = r.telemetry
+    assert series is not None and len(series["rounds"]) == 2
+    gpu = series["gpu"]
+    assert gpu["source"] == "nvidia-smi" and gpu["gpus_from"] == "CUDA_VISIBLE_DEVICES" and list(gpu["gpus"]) == ["1"]
+    assert len(gpu["t"]) == len(gpu["gpus"]["1"]["power_w"]) >= 4
+    assert set(gpu["gpus"]["1"]["power_w"]) == {power}
+    assert series["server"]["family"] == "sglang" and max(series["server"]["running"]) == SIM["max_batch"]
+    assert any("--query-gpu=index,utilization.gpu,memory.used,power.draw,clocks.sm,temperature.gpu" in q
+               and "--id=1" in q for q in fake_gpu.queries())
+
+
+def test_without_a_gpu_or_metrics_the_figures_are_none_and_a_check_says_why(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PYTEST_SGLANG_GPU_QUERY", "off")
+    with run_sim(tmp_path, SIM) as sim:  # SGLang without --enable-metrics
+        r = run_bench(sim, num_requests=4, concurrency=4, input_len=8, output_len=8)
+    assert all(getattr(r, m) is None for m in (*GPU_FIGURES, *SERVER_FIGURES)), r.to_dict()
+    assert r.gpu_unmeasured == "no GPU to ask: PYTEST_SGLANG_GPU_QUERY=off"
+    assert r.server_unmeasured is not None and "--enable-metrics" in r.server_unmeasured
+    assert r.telemetry is None
+    store = BaselineStore(tmp_path / "baselines.json")
+    machine = Machine("cpu: test")
+    store.record("sim", "t", machine, {"energy_per_output_token_j": [0.5], "output_throughput": [100.0]})
+    comp = compare(r, {"energy_per_output_token_j": "5%", "server_queue_mean": 1}, store=store, profile="sim",
+                   test_id="t", machine=machine)
+    by_metric = {c.metric: c for c in comp.checks}
+    assert by_metric["energy_per_output_token_j"].status == "not-judged"
+    assert by_metric["energy_per_output_token_j"].reason == r.gpu_unmeasured
+    assert by_metric["server_queue_mean"].status == "not-judged" and comp.gate == "not-judged"
+    assert not comp.failed
+
+
+PLUGIN_TESTS = '''
+def test_energy(sglang_bench, sglang_baseline):
+    r = sglang_bench(num_requests=8, concurrency=8, input_len=8, output_len=12, rounds=2)
+    assert r.energy_per_output_token_j is not None
+    sglang_baseline.check(r, output_throughput="50%", energy_per_output_token_j="50%", max_cv="50%")
+'''
+
+
+def test_figures_reach_the_table_junit_summary_report_and_page(
+    pytester: pytest.Pytester, fake_gpu: FakeGpu, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PYTEST_SGLANG_MACHINE", "test-machine")
+    summary = pytester.path / "summary.md"
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    pytester.makefile(".toml", pyproject=(
+        '[tool.pytest_sglang.profiles.p]\nmodel = "sim-model"\nargs = ["--enable-metrics"]\n'
+        'env = { CUDA_VISIBLE_DEVICES = "1" }\n'
+        "sim = { startup_seconds = 0.3, decode_tok_s = 100, ttft_ms = 5, max_batch = 4 }\n"))
+    pytester.makepyfile(test_perf=PLUGIN_TESTS)
+
+    def run(*args: str) -> pytest.RunResult:
+        return pytester.runpytest_subprocess("-p", "no:cacheprovider", "--sglang-sim", "--sglang-profile=p", *args,
+                                             timeout=120)
+
+    run("--sglang-update-baseline").assert_outcomes(passed=1)
+    report = pytester.path / "report.json"
+    out = run(f"--sglang-report={report}", "--junitxml=junit.xml")
+    out.assert_outcomes(passed=1)
+    out.stdout.fnmatch_lines(["telemetry: p test_energy: * J/output token (* tok/J), GPU util 87%, 412 W, "
+                              "71000 MiB peak, SM 1980 MHz, queue *, KV peak *%"])
+    bench = json.loads(report.read_text())["profiles"]["p"]["benchmarks"][0]
+    assert bench["gate"] == "passed"
+    assert bench["baseline"]["energy_per_output_token_j"]["status"] == "ok"
+    r = bench["result"]
+    assert r["energy_per_output_token_j"] == pytest.approx(r["gpu_power_mean_w"] * r["duration"]
+                                                           / r["total_output_tokens"], rel=0.05)
+    assert list(bench["telemetry"]["gpu"]["gpus"]) == ["1"] and len(bench["telemetry"]["rounds"]) == 2
+    junit = (pytester.path / "junit.xml").read_text()
+    assert f'name="sglang_energy_per_output_token_j" value="{r["energy_per_output_token_j"]}"' in junit
+    assert 'name="sglang_baseline_energy_per_output_token_j"' in junit
+    assert "- p test_energy: " in summary.read_text() and "J/output token" in summary.read_text()
+    page = report.with_suffix(".html")
+    text = page.read_text()
+    assert "GPU utilisation (%)" in text and "server: KV-cache usage (%)" in text
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium is None:
+        return  # the page's markup is checked above; CI images without a browser stop here
+    shot = pytester.path / "page.png"
+    subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", f"--screenshot={shot}",
+                    "--window-size=1000,1600", page.as_uri()], capture_output=True, timeout=60, check=True)
+    pixels = _png_pixels(shot)
+    first_line_color = (0x1F, 0x77, 0xB4)  # timeseries._COLORS[0]: GPU 1's lines, the server's running line
+    assert sum(1 for row in pixels for px in row if px[:3] == first_line_color) > 500
+
+
+def _png_pixels(path: Path) -> list[list[tuple[int, ...]]]:
+    """The RGB(A) rows of an 8-bit truecolour PNG (what Chromium writes): enough to count a colour's pixels."""
+    data = path.read_bytes()
+    pos, idat, width, height, channels = 8, b"", 0, 0, 3
+    while pos < len(data):
+        length, kind = struct.unpack(">I4s", data[pos:pos + 8])
+        body = data[pos + 8:pos + 8 + length]
+        if kind == b"IHDR":
+            width, height, depth, color = struct.unpack(">IIBB", body[:10])
+            assert depth == 8 and color in (2, 6), (depth, color)
+            channels = 4 if color == 6 else 3
+        elif kind == b"IDAT":
+            idat += body
+        pos += 12 + length
+    raw = zlib.decompress(idat)
+    stride = width * channels
+    rows: list[list[tuple[int, ...]]] = []
+    prev = bytearray(stride)
+    for y in range(height):
+        kind, line = raw[y * (stride + 1)], bytearray(raw[y * (stride + 1) + 1:(y + 1) * (stride + 1)])
+        for i in range(stride):
+            a = line[i - channels] if i >= channels else 0
+            b, c = prev[i], prev[i - channels] if i >= channels else 0
+            if kind == 1:
+                line[i] = (line[i] + a) & 0xFF
+            elif kind == 2:
+                line[i] = (line[i] + b) & 0xFF
+            elif kind == 3:
+                line[i] = (line[i] + (a + b) // 2) & 0xFF
+            elif kind == 4:
+                p = a + b - c
+                pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
+                line[i] = (line[i] + (a if pa <= pb and pa <= pc else b if pb <= pc else c)) & 0xFF
+        rows.append([tuple(line[x:x + channels]) for x in range(0, stride, channels)])
+        prev = line
+    return rows
+
+
+FAKE_NVML = '''
+"""nvidia-ml-py's names, answering for two GPUs; GPU 1's clock is not supported (MIG, some boards)."""
+NVML_CLOCK_SM, NVML_TEMPERATURE_GPU = 1, 0
+class NVMLError(Exception):
+    pass
+class _Util:
+    def __init__(self, gpu): self.gpu = gpu
+class _Memory:
+    def __init__(self, used): self.used = used
+def nvmlInit(): pass
+def nvmlShutdown(): pass
+def nvmlDeviceGetCount(): return 2
+def nvmlDeviceGetHandleByIndex(i): return i
+def nvmlDeviceGetUtilizationRates(h): return _Util(40 + h)
+def nvmlDeviceGetMemoryInfo(h): return _Memory((1000 + h) * 1024 * 1024)
+def nvmlDeviceGetPowerUsage(h): return 250500 + h  # milliwatts
+def nvmlDeviceGetClockInfo(h, kind):
+    if h == 1:
+        raise NVMLError("Not Supported")
+    return 1755
+def nvmlDeviceGetTemperature(h, kind): return 44
+'''
+
+
+def test_nvml_readings_when_the_gpu_extra_is_installed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "pynvml.py").write_text(FAKE_NVML)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("PYTEST_SGLANG_GPU_QUERY", "nvml")
+    with GpuReader() as reader:
+        assert reader.source == "nvml"
+        assert reader.read([1]) == [GpuReading(1, 41.0, 1001.0, 250.501, None, 44.0)]
+        assert [r.index for r in reader.read() or []] == [0, 1]
+
+
+def test_the_power_integral_is_exact_for_a_ramp_and_held_past_the_readings() -> None:
+    ramp = [(float(t), 100.0 + 10.0 * t) for t in range(11)]  # 100 W rising 10 W a second
+    assert _integral(ramp, 2.5, 7.5) == pytest.approx(5.0 * (100.0 + 10.0 * 5.0))  # mean of a line: its midpoint
+    assert _integral(ramp, -1.0, 0.0) == pytest.approx(100.0)  # before the first reading: held
+    assert _integral([(1.0, 300.0)], 0.0, 4.0) == pytest.approx(1200.0)
+
+
+def test_a_server_on_another_machine_is_not_sampled_here(fake_gpu: FakeGpu) -> None:
+    for where in ({"ssh_host": "gpu-box", "host": "127.0.0.1"}, {"host": "10.1.2.3"}):  # through ssh -L, or direct
+        tel = Telemetry(base_url="http://127.0.0.1:9", api_key=None, pid=None, kind="sglang", **where)
+        try:
+            assert tel.gpu_unmeasured is not None and "not this machine" in tel.gpu_unmeasured
+            assert (where.get("ssh_host") or where["host"]) in tel.gpu_unmeasured
+        finally:
+            tel.close()
+    assert not any("--query-gpu=index,utilization" in q for q in fake_gpu.queries())
