@@ -94,10 +94,10 @@ def spread_rows(jobs: list[dict[str, Any]], ks: list[int]) -> list[dict[str, Any
 
 
 def pairs_needed(sd_log: float, change: float) -> int:
-    """Pairs for a one-sided 5 % paired test to see ``change`` (e.g. 0.05) with 80 % power (normal
-    approximation; the signed-rank test's efficiency is 0.955 of the t-test's), and never below the 6 the
-    exact 95 % interval needs."""
-    n = ((1.645 + 0.842) * sd_log / abs(math.log(1 - change))) ** 2 / 0.955
+    """Pairs for the gate's test (two-sided at 95 %) to find ``change`` (e.g. 0.05) significant with 80 % power
+    (normal approximation; the signed-rank test's efficiency is 0.955 of the t-test's), and never below the 6
+    the exact 95 % interval needs. Significance alone: the median must also be past the tolerance."""
+    n = ((1.960 + 0.842) * sd_log / abs(math.log(1 - change))) ** 2 / 0.955
     return max(6, math.ceil(n))
 
 
@@ -107,7 +107,7 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=12)
     ap.add_argument("--requests", type=int, default=32, help="requests per round (the round length)")
     ap.add_argument("--study-requests", type=int, default=8, help="the other round length of the spread study")
-    ap.add_argument("--study-jobs", type=int, default=5, help="A-vs-A jobs at that round length")
+    ap.add_argument("--study-jobs", type=int, default=5, help="A-vs-A jobs at that round length (0: none)")
     ap.add_argument("--tolerance", default="2.5%")
     ap.add_argument("--slower", type=float, default=0.05, help="the candidate's decode_tok_s is this much lower")
     ap.add_argument("--write", type=Path, help="replace the 'Interleaved A/B' section of this markdown file")
@@ -168,8 +168,8 @@ def main() -> int:
             return "-" if v is None else f"{v:.2f} %"
         lines.append(f"| {s['pairs']} | {f(s['cv_pct'])} | {f(s['ci_width_pct'])} | {f(lrow['cv_pct'])} | "
                      f"{f(lrow['ci_width_pct'])} |")
-    lines += ["", f"Sd of the log paired ratio (A-vs-A, {args.requests} req/round): {sd_log:.4f}. Pairs a one-sided "
-              f"5 % signed-rank test needs for 80 % power (normal approximation, at least 6 for the interval): "
+    lines += ["", f"Sd of the log paired ratio (A-vs-A, {args.requests} req/round): {sd_log:.4f}. Pairs the gate's "
+              f"signed-rank test (two-sided 95 %) needs for 80 % power (normal approximation, at least 6): "
               f"5 % change {pairs_needed(sd_log, 0.05)}, 10 % change {pairs_needed(sd_log, 0.10)}. The session "
               "factor (CV 30 %) cancels in the ratio: both servers of a job share it, as two servers on one host "
               "share its state.", ""]

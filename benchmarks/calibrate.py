@@ -8,7 +8,8 @@ have failed as regressed. It suggests the smallest tolerance with no false posit
 (the rule tt-metal#53763 uses), with the bound that zero in P pairs puts on the rate (about 3/P at 95 %
 confidence, the rule of three), and a CV limit (`max_cv`) above the noise it saw.
 
-    python benchmarks/calibrate.py --runs 20 -- tests/test_perf.py::test_decode --sglang-profile=eagle3
+    python benchmarks/calibrate.py --runs 20 -- examples/test_throughput.py::test_decode_throughput \
+        --sglang-profile=eagle3
 
 The test should call `sglang_bench(..., rounds=N)` (5 is a good start): the rank test needs rounds on both
 sides. The runs use a throwaway baseline file, so the committed one is neither read nor written.
@@ -44,6 +45,12 @@ GRID = ("0.5%", "1%", "1.5%", "2%", "3%", "4%", "5%", "7.5%", "10%", "15%", "20%
 METRICS = ("output_throughput", "median_ttft_ms", "median_itl_ms", "median_e2e_latency_ms", "p99_ttft_ms")
 
 Samples = dict[str, list[float]]  # metric -> per-round values of one run
+# pytest's exit codes that no later run can change: interrupted, internal error, usage error, no tests collected
+HOPELESS_EXITS = {2: "interrupted", 3: "internal error", 4: "usage error", 5: "no tests collected"}
+
+
+class CalibrationError(Exception):
+    """A run that every later run would repeat: calibrate stops at the first."""
 
 
 # ---- running the test --------------------------------------------------------------------------------------
@@ -57,6 +64,11 @@ def run_once(pytest_args: Sequence[str], *, cwd: Path, report: Path, baseline: P
     t0 = time.monotonic()
     proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout, check=False)
     took = time.monotonic() - t0
+    if proc.returncode in HOPELESS_EXITS:
+        tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
+        raise CalibrationError(f"pytest {' '.join(pytest_args)} exited {proc.returncode} "
+                               f"({HOPELESS_EXITS[proc.returncode]}), so no run can be calibrated; its output "
+                               f"ended:\n{tail}")
     data = json.loads(report.read_text()) if report.is_file() else None
     if data is None:
         sys.stderr.write(proc.stdout[-3000:] + proc.stderr[-3000:])
@@ -295,11 +307,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--write", type=Path, default=None, help="also write the markdown report here")
     parser.add_argument("pytest_args", nargs="*", help="after --: the pytest arguments that select one test")
     args = parser.parse_args(argv)
+    try:
+        text = _calibrate(parser, args)
+    except CalibrationError as exc:
+        print(f"calibrate: {exc}", file=sys.stderr)
+        return 2
+    print(text)
+    if args.write:
+        args.write.write_text(text)
+    return 0
+
+
+def _calibrate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> str:
     if args.demo:
         text = demo(args)
     else:
         if not args.pytest_args:
-            parser.error("give the test to calibrate after --, e.g. -- tests/test_perf.py::test_x --sglang-profile=p")
+            parser.error("give the test to calibrate after --, e.g. "
+                         "-- examples/test_throughput.py::test_decode_throughput --sglang-profile=p")
         metrics = args.metric or list(METRICS)
         tmp = Path(tempfile.mkdtemp(prefix="sglang-calibrate-"))
         runs: dict[str, list[Samples]] = {}
@@ -314,10 +339,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             rows = [calibrate(series, m) for m in metrics if any(m in s for s in series)]
             parts.append(f"## {key}\n\n{markdown(rows)}")
         text = "\n".join(parts) or "no benchmark results: does the test call sglang_bench?\n"
-    print(text)
-    if args.write:
-        args.write.write_text(text)
-    return 0
+    return text
 
 
 if __name__ == "__main__":

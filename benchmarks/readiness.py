@@ -220,7 +220,7 @@ def launches(work: Path, runs: int, rng: random.Random) -> dict[str, list[dict[s
 def generate_log(path: Path, megabytes: float, rng: random.Random) -> int:
     """Startup lines from a real SGLang 0.5.23 log (ready line dropped), then a long serving-style body."""
     target = int(megabytes * 1_000_000)
-    sample = REPO.parent / "shared" / "samples" / "logs" / "21_ready_sglang-0.5.23-cpu.log"
+    sample = REPO / "tests" / "samples" / "logs" / "21_ready_sglang-0.5.23-cpu.log"
     head = sample.read_bytes() if sample.exists() else b""
     head = b"".join(line for line in head.splitlines(keepends=True) if b"fired up" not in line)
     with open(path, "wb") as f:

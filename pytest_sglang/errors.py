@@ -68,6 +68,10 @@ class EnvKnobError(PluginError):
     """A PYTEST_SGLANG_* environment variable holds a value the plugin cannot use."""
 
 
+class CpuAffinityError(ProfileError):
+    """A profile's ``cpus`` cannot be applied on this machine (a CPU it does not have, or no affinity here)."""
+
+
 class PortInUseError(PluginError):
     """Something already listens on the port the server was meant to take."""
 
@@ -216,6 +220,11 @@ class ServerDiedError(ServerError):
 class RemoteError(PluginError):
     """An ssh profile's host could not be used: ssh refused (key, host key, address), its python is missing,
     or the connection was lost. The message names the host and what to do."""
+
+
+class SlurmError(PluginError):
+    """A slurm profile could not get its nodes: no srun here, the allocation refused or pending too long, or
+    the nodes' addresses unreadable. The message says what SLURM said and what to do."""
 
 
 class _NamesRemoteLog(ServerError):

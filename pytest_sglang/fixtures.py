@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_sglang.errors import PluginError, ResultNotFoundError
+from pytest_sglang.errors import PluginError, ResultNotFoundError, ServerError
 from pytest_sglang.nodes import fail_with
 from pytest_sglang.plugin import SGLangPlugin, plugin_of
 from pytest_sglang.session import BenchEntry
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from pytest_sglang.bench.ab import ABResult
     from pytest_sglang.bench.outputs import Output, OutputComparison
     from pytest_sglang.bench.sweep import BenchFixture
-    from pytest_sglang.server import ServerHandle, StartupRecord
+    from pytest_sglang.server import ServerHandle
 
 
 class ResultsView:
@@ -145,7 +145,7 @@ class ResultsView:
                         f"); pass --sglang-profile={','.join(dict.fromkeys([*selected, profile]))} to compare it")
         record = self._ledger.startups.get(profile)
         if record is not None and not record.ready:
-            pytest.skip(f"profile {profile!r}: its server did not start ({record.cause or record.outcome})")
+            pytest.skip(f"profile {profile!r}: its server did not start ({record.reason})")
 
 
 @pytest.fixture(scope="session")
@@ -165,9 +165,11 @@ def sglang_server(request: pytest.FixtureRequest) -> Generator[ServerHandle, Non
     try:
         server = plugin.open_server(param)
     except PluginError as exc:
-        if param not in plugin.ledger.startups:
-            plugin.ledger.add_startup(_failed_before_launch(param, exc))
+        _record_failure(plugin, param, exc)
         fail_with(exc)
+    except Exception as exc:  # not one of ours: its traceback is the diagnosis, and the report still says so
+        _record_failure(plugin, param, exc)
+        raise
     plugin.pool.adopt(server)  # an A/B test of this profile uses it rather than launching another
     try:
         yield server
@@ -176,12 +178,17 @@ def sglang_server(request: pytest.FixtureRequest) -> Generator[ServerHandle, Non
         server.close()
 
 
-def _failed_before_launch(profile: str, exc: PluginError) -> StartupRecord:
+def _record_failure(plugin: SGLangPlugin, profile: str, exc: Exception) -> None:
+    """A startup that failed before the readiness loop made its record: the summary, the report and the gate
+    say the server could not start, whatever raised."""
     from pytest_sglang.server import StartupRecord
 
-    text = str(exc)
-    return StartupRecord(profile=profile, kind="unknown", origin="launched", outcome="failed", host="", port=0,
-                         error=text, cause=text.splitlines()[0] if text else None)
+    if profile in plugin.ledger.startups:
+        return
+    text = str(exc) if isinstance(exc, PluginError) else f"{type(exc).__name__}: {exc}"
+    cause = exc.cause if isinstance(exc, ServerError) else next(iter(text.splitlines()), None)
+    plugin.ledger.add_startup(StartupRecord(profile=profile, kind="unknown", origin="launched", outcome="failed",
+                                            host="", port=0, error=text, cause=cause))
 
 
 @pytest.fixture(scope="session")

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_sglang import distributed
-from pytest_sglang.errors import PluginError, ServerDiedError
+from pytest_sglang.errors import PluginError, PortInUseError, ServerDiedError
 from pytest_sglang.measure import Measurements
 from pytest_sglang.nodes import fail_with
 from pytest_sglang.session import SessionLedger
@@ -136,19 +136,26 @@ class SGLangPlugin:
     def open_server(self, param: str) -> ServerHandle:
         from pytest_sglang.launch.plan import plan_launch
         from pytest_sglang.server import KeptServers, attach_server, launch_server
+        from pytest_sglang.server.origins import attach_health_path
 
         profile = self.profiles().select([param])[0] if param != URL_PARAM else None
         name = profile.name if profile else param
         callbacks: dict[str, Any] = {"on_status": self.status, "on_record": self.ledger.add_startup}
         if self.settings.url:
             return attach_server(self.settings.url, profile=name, kind=profile.kind if profile else "sglang",
-                                 health_path=(profile.health_path if profile and profile.health_path else "/health"),
+                                 health_path=attach_health_path(profile),
                                  api_key=profile.api_key if profile else None, **callbacks)
         assert profile is not None
         if self._log_dir is None:
             self._log_dir = self.settings.make_log_dir()
         plan = plan_launch(profile, sim=self.settings.sim, log_dir=self._log_dir,
                            startup_timeout=self.settings.startup_timeout, sim_run=self.sim_run)
+        if profile.slurm:  # on a SLURM cluster's nodes: the slurm origin (server/slurm.py)
+            from pytest_sglang.server.slurm import NOT_SHARED, launch_slurm_server
+
+            if self.settings.reuse:
+                raise PluginError(f"[sglang {name}] --sglang-reuse: profile {name!r} {NOT_SHARED}")
+            return launch_slurm_server(plan, **callbacks)
         if profile.ssh:  # on another host: the remote origin (server/remote.py)
             from pytest_sglang.server.remote import launch_remote_server
 
@@ -161,7 +168,10 @@ class SGLangPlugin:
             self.ledger.kept.append(f"{name}: pid {handle.pid} on port {handle.port}")
             return handle
         self.status(f"[sglang {name}] launching: log {plan.log_path}")
-        return launch_server(plan, **callbacks)
+        try:
+            return launch_server(plan, **callbacks)
+        except PortInUseError as exc:
+            raise KeptServers(self.settings.rootdir).busy_error(plan.port) or exc from None
 
     def status(self, text: str) -> None:
         """A live line during a long startup, shown even while output is captured."""
@@ -213,12 +223,13 @@ class SGLangPlugin:
         if server is None or not hasattr(server, "check_alive"):
             return (yield)
         item.user_properties.extend(_junit_startup(server.record))
-        died = _death_of(server)
+        died = self._death_of(server)
         if died is not None:
             pytest.fail(str(died), pytrace=False)
         try:
             return (yield)
         except ServerDiedError as exc:
+            self._note_death(server, exc)
             fail_with(exc)
         except Exception as exc:
             import requests
@@ -229,11 +240,25 @@ class SGLangPlugin:
                                               ConnectionError))
             if not (broken_request or server.has_logged_crash()):
                 raise
-            died = _death_of(server, wait=5.0)
+            died = self._death_of(server, wait=5.0)
             if died is None:
                 raise
             seen = f"{type(exc).__name__}: {exc}"
         pytest.fail(f"{died}\n\n(The test itself saw: {seen})", pytrace=False)
+
+    def _death_of(self, server: ServerHandle, wait: float = 0.0) -> ServerDiedError | None:
+        """The server's death, if it has died; the summary and the report then say so."""
+        try:
+            server.check_alive(wait=wait)
+        except ServerDiedError as exc:
+            self._note_death(server, exc)
+            return exc
+        return None
+
+    def _note_death(self, server: ServerHandle, death: ServerDiedError) -> None:
+        record = self.ledger.startups.get(server.record.profile)
+        if record is not None and record.died is None:
+            self.ledger.add_startup(record.dying(death.cause or death.headline))
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[
@@ -244,11 +269,11 @@ class SGLangPlugin:
             # The whole diagnosis once; every later test of this profile says in one line why.
             if record.profile in self._failure_shown:
                 report.longrepr = (f"[sglang {record.profile}] the server for this profile failed to start (the "
-                                   f"first test that used it shows the whole diagnosis): {record.cause or ''}")
+                                   f"first test that used it shows the whole diagnosis): {record.reason}")
             self._failure_shown.add(record.profile)
             from pytest_sglang.report import startup_failure_properties
 
-            item.user_properties.extend(startup_failure_properties(record.cause))  # junitxml reads them at teardown
+            item.user_properties.extend(startup_failure_properties(record.reason))  # junitxml reads them at teardown
         return report
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
@@ -332,14 +357,6 @@ def _junit_startup(record: StartupRecord) -> list[tuple[str, object]]:
         props.append(("sglang_startup_seconds", round(record.startup_seconds, 3)))
     props += [(f"sglang_phase_{name}", round(at, 3)) for name, at in record.phases.items()]
     return props
-
-
-def _death_of(server: ServerHandle, wait: float = 0.0) -> ServerDiedError | None:
-    try:
-        server.check_alive(wait=wait)
-    except ServerDiedError as exc:
-        return exc
-    return None
 
 
 def plugin_of(config: pytest.Config) -> SGLangPlugin:

@@ -17,6 +17,7 @@ from pathlib import Path
 from pytest_sglang.config.profiles import Profile, load_profiles
 from pytest_sglang.errors import (
     SECRET_NAME,
+    PluginError,
     ProfileError,
     redact,
     register_arg_secrets,
@@ -24,7 +25,7 @@ from pytest_sglang.errors import (
     register_secret,
 )
 from pytest_sglang.launch.logdir import state_dir
-from pytest_sglang.launch.plan import NOT_NEEDED_BY_SIM, LaunchPlan, plan_launch
+from pytest_sglang.launch.plan import NOT_NEEDED_BY_SIM, LaunchPlan, launch_problems, plan_launch
 from pytest_sglang.settings import Settings
 
 USAGE_ERROR = 4  # pytest.ExitCode.USAGE_ERROR
@@ -41,11 +42,17 @@ def show_profiles(settings: Settings, write: Callable[[str], None]) -> int:
     except ProfileError as exc:
         write(f"{PREFIX} {exc}")
         return USAGE_ERROR
+    problem = settings.usage_problem()
+    if problem:
+        write(f"{PREFIX} {problem}")
+        return USAGE_ERROR
+    register_env_secrets(os.environ)
+    if settings.url:
+        return _show_attached(settings.url, chosen[0] if settings.profiles else None, write)
     if not chosen:
         write(f"{PREFIX} no profiles are defined: add [tool.pytest_sglang.profiles.NAME] to pyproject.toml in the "
               "rootdir, or pass --sglang-config=FILE")
         return 0
-    register_env_secrets(os.environ)
     which = "selected" if settings.profiles else "defined"
     write(f"{PREFIX} {len(chosen)} {which} profile(s) from {profiles.source}"
           f"{' under --sglang-sim' if settings.sim else ''}; nothing is launched")
@@ -56,6 +63,22 @@ def show_profiles(settings: Settings, write: Callable[[str], None]) -> int:
         for line in lines:
             write(redact(line))
     return 1 if failed else 0
+
+
+def _show_attached(url: str, profile: Profile | None, write: Callable[[str], None]) -> int:
+    """Under --sglang-url no profile is launched: what the run attaches to, and what it asks that server."""
+    from pytest_sglang.server.origins import ATTACH_TIMEOUT_SECONDS, attach_health_path
+
+    path = attach_health_path(profile)
+    write(f"{PREFIX} --sglang-url={redact(url)}: nothing is launched or stopped; the tests use the server there")
+    rows = [("kind", profile.kind if profile else "sglang (no --sglang-profile: the default kind)"),
+            ("ready when", f"GET {path} answers 200 within {ATTACH_TIMEOUT_SECONDS:g} s"),
+            ("alive while", f"GET {path} answers 200")]
+    width = max(len(label) for label, _ in rows)
+    write(f"profile {profile.name if profile else 'url'}")
+    for label, text in rows:
+        write(redact(f"  {label.ljust(width)}  {text}"))
+    return 0
 
 
 def profile_lines(profile: Profile, settings: Settings) -> tuple[list[str], bool]:
@@ -69,17 +92,25 @@ def profile_lines(profile: Profile, settings: Settings) -> tuple[list[str], bool
     try:
         plan = plan_launch(replace(profile, unset={}), sim=settings.sim,
                            log_dir=log_dir or state_dir() / "logs" / "NEW-RUN-FOLDER",
-                           startup_timeout=settings.startup_timeout)
+                           startup_timeout=settings.startup_timeout, check=False)
+        problems += launch_problems(plan)
     except ProfileError as exc:
         problems.append(str(exc))
     rows = [("kind", profile.kind + (" (the bundled simulator runs it: --sglang-sim)" if settings.sim else ""))]
-    if plan is not None:
+    if plan is not None and profile.slurm is not None:
+        try:
+            rows.append(("srun", _srun_line(plan)))
+        except PluginError as exc:
+            problems.append(str(exc))
+    elif plan is not None:
         rows.append(("command", shlex.join(plan.argv)))
         rows.append(("listens on", f"{plan.host}:{plan.port}" + (
             "" if profile.port else " (the port is an example: a free one is chosen at each launch)")))
     if profile.gpus is not None:
         rows.append(("gpus", f"{', '.join(map(str, profile.gpus))} (CUDA_VISIBLE_DEVICES="
                              f"{profile.launch_env['CUDA_VISIBLE_DEVICES']})"))
+    if profile.cpus is not None:
+        rows.append(("cpus", f"{', '.join(map(str, profile.cpus))} (the launched tree's CPU affinity)"))
     rows.append(("env", " ".join(f"{name}={_shown(name, value)}" for name, value in profile.env.items())
                  or "(none beyond pytest's own environment)"))
     knobs = " ".join(f"{k}={v!r}" for k, v in profile.sim.items()) or "(defaults)"
@@ -95,6 +126,17 @@ def profile_lines(profile: Profile, settings: Settings) -> tuple[list[str], bool
     rows += [("problem", problem) for problem in problems]
     width = max(len(label) for label, _ in rows)
     return [f"profile {profile.name}"] + [f"  {label.ljust(width)}  {text}" for label, text in rows], not problems
+
+
+def _srun_line(plan: LaunchPlan) -> str:
+    """The srun step as it will run; each node fills {node_rank}, {node_port} and {head_host} in its own task."""
+    from pytest_sglang.launch.slurm import plan_slurm
+
+    splan = plan_slurm(plan, token="TOKEN".ljust(32, "0"))
+    where = f"a step in job {splan.inside_job}" if splan.inside_job else "a job of its own (SLURM_JOB_ID is unset)"
+    ports = ",".join(map(str, splan.ports))
+    return (f"{shlex.join(splan.argv)}  [{where}; node N listens on port N of {ports}, logs "
+            f"{splan.node_log(0).name} ... {splan.node_log(splan.spec.nodes - 1).name}]")
 
 
 def _readiness(plan: LaunchPlan) -> str:

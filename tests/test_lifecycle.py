@@ -187,6 +187,8 @@ def test_later(sglang_server):
     failed = [line for line in out.split("short test summary")[-1].splitlines() if line.startswith("FAILED")]
     assert len(failed) == 2 and all("server died" in line for line in failed), failed  # cut to the width
     result.stdout.fnmatch_lines(["FAILED test_user.py::test_later?p? - Failed: ?sglang p? server died*"])
+    assert "last phase: ready)" in out, "it had been ready, whatever its last log line"
+    result.stdout.fnmatch_lines(["*sglang servers*", "p: ready in * s, then DIED during the session: *"])
 
 
 def test_stubborn_children_that_escape_the_group_are_killed(pytester: pytest.Pytester, mark: str) -> None:
@@ -326,6 +328,20 @@ def test_reuse_attaches_to_the_kept_server_next_run(pytester: pytest.Pytester, m
     finally:
         for proc in marked_processes(mark):
             proc.kill()
+
+
+def test_a_launch_onto_the_port_of_a_kept_server_says_how_to_stop_it(pytester: pytest.Pytester, mark: str) -> None:
+    project(pytester, profile_toml("p", mark, f"port = {_free_port()}"))
+    args = ("-p", "no:cacheprovider", "--sglang-profile=p", "--sglang-sim")
+    pytester.runpytest_subprocess(*args, "--sglang-reuse").assert_outcomes(passed=1)
+    try:
+        plain = pytester.runpytest_subprocess(*args)
+        plain.assert_outcomes(errors=1)
+        plain.stdout.fnmatch_lines(["*is busy: it is the server that --sglang-reuse kept for profile 'p' (pid *). "
+                                    "Stop it with `pytest --sglang-stop`, or run with --sglang-reuse to use it.*"])
+    finally:
+        assert pytester.runpytest_subprocess("--sglang-stop").ret == 0
+    assert not wait_for_no_processes(mark, timeout=15)
 
 
 def test_reuse_relaunches_when_a_sim_knob_changed_and_needs_no_cache_provider(

@@ -45,6 +45,16 @@ def test_config_file_uses_profiles_tables(tmp_path: Path) -> None:
     assert (profile.kind, profile.model, profile.host, profile.port) == ("vllm", "org/tiny", "127.0.0.1", None)
 
 
+def test_a_config_file_with_pyproject_tables_is_read_as_a_pyproject(tmp_path: Path) -> None:
+    config = tmp_path / "other" / "pyproject.toml"
+    config.parent.mkdir()
+    config.write_text('[tool.pytest_sglang.profiles.small]\nmodel = "org/small"\nstartup_timeout = 60\n')
+    profile = load_profiles(tmp_path, config).profiles["small"]
+    assert (profile.model, profile.startup_timeout, profile.source) == ("org/small", 60, config)
+    config.write_text(config.read_text() + '[profiles.own]\nmodel = "org/own"\n')  # its own tables win
+    assert list(load_profiles(tmp_path, config).profiles) == ["own"]
+
+
 def test_unknown_profile_lists_known_ones(tmp_path: Path) -> None:
     write(tmp_path, "[tool.pytest_sglang.profiles.baseline]\n[tool.pytest_sglang.profiles.eagle3]\n")
     with pytest.raises(ProfileError) as err:

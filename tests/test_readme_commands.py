@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -27,3 +30,28 @@ def test_examples_run_on_the_simulator(tmp_path: Path) -> None:
         assert line in out, out
     assert report.is_file() and report.with_suffix(".html").is_file()
     assert (tmp_path / "logs" / "eagle3.log").read_text().count("The server is fired up and ready to roll!") == 1
+
+
+def test_examples_under_url_skip_the_startup_checks_and_pass(tmp_path: Path) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "PYTEST_SGLANG_SIM": '{"startup_seconds": 0.3, "decode_tok_s": 400}'}
+    with open(tmp_path / "sim.log", "wb") as log:
+        sim = subprocess.Popen([sys.executable, "-m", "pytest_sglang.sim", "--model-path", "m", "--port", str(port)],
+                               env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        proc = subprocess.run(
+            # examples/test_ab.py launches two servers: under --sglang-url that is an error by design (README)
+            [sys.executable, "-m", "pytest", "examples", "--ignore=examples/test_ab.py", "--sglang-profile=baseline",
+             f"--sglang-url=http://127.0.0.1:{port}", "-p", "no:cacheprovider", "-rs",
+             f"--sglang-baseline={tmp_path / 'baselines.json'}"],
+            cwd=REPO, capture_output=True, text=True, timeout=280,
+        )
+    finally:
+        os.killpg(sim.pid, signal.SIGKILL)
+        sim.wait()
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    assert "3 passed, 4 skipped" in out, out
+    assert "SKIPPED [2] examples/test_server.py:10: this run did not start the server (--sglang-url)" in out, out

@@ -114,6 +114,27 @@ def test_a_silent_hang_fails_at_the_stall_timeout_not_the_hard_cap(pytester: pyt
     assert result.duration < 60
 
 
+def test_the_probes_own_requests_are_not_progress(pytester: pytest.Pytester, mark: str) -> None:
+    # The ready line comes, then GET /healthz answers 404 on every poll, each answer an access-log line: the stall
+    # deadline still holds, and says what the probe got.
+    toml = profile_toml("p", mark, 'startup_timeout = 60\nstall_timeout = 2\nhealth_path = "/healthz"',
+                        sim="startup_seconds = 0.3")
+    pytester.makefile(".toml", pyproject=toml)
+    pytester.makepyfile(test_user="def test_first(sglang_server):\n    pass\n\ndef test_second(sglang_server):\n"
+                                  "    pass\n")
+    result = run(pytester, "--sglang-profile=p", "--sglang-sim", "--sglang-log-dir=logs")
+    result.assert_outcomes(errors=2)
+    result.stdout.fnmatch_lines([
+        "*no progress for 2 s in phase ready line logged (stall_timeout 2 s: *; GET /healthz answered 404 for 2 s)*",
+        "*Try: the server logged its ready line, but GET /healthz answered 404 for 2 s: check the profile's "
+        "health_path*",
+        "*the server for this profile failed to start (*): no progress for 2 s*",
+        "p: FAILED TO START: no progress for 2 s in phase ready line logged*",
+    ])
+    assert "last phase: ready)" not in result.stdout.str()
+    assert (pytester.path / "logs" / "p.log").read_text().count('"GET /healthz HTTP/1.1" 404') > 10
+
+
 
 def test_profile_comparisons_see_every_workers_results(pytester: pytest.Pytester, mark: str) -> None:
     toml = (profile_toml("slow", mark, sim="startup_seconds = 0.3, decode_tok_s = 40")

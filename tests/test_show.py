@@ -86,8 +86,24 @@ def test_show_names_problems_and_unknown_profiles(pytester: pytest.Pytester, mar
     assert result.ret == 1
     result.stdout.fnmatch_lines([
         "profile base", "  problem * profile 'base', key 'env': ${SHOWN_TOKEN} is not set in the environment*",
-        "profile broken", "  problem * model path /no/such/model-dir does not exist*",
+        "profile broken", "  command * --model-path /no/such/model-dir *",
+        "  problem * model path /no/such/model-dir does not exist*",
     ])
     unknown = _show(pytester, mark, "--sglang-profile=eagel3")
     assert unknown.ret == pytest.ExitCode.USAGE_ERROR
     unknown.stdout.fnmatch_lines(["pytest-sglang --sglang-show: Unknown profile 'eagel3'*Did you mean 'eagle3'?"])
+
+
+def test_show_under_url_shows_the_server_it_attaches_to_and_launches_nothing(pytester: pytest.Pytester,
+                                                                              mark: str) -> None:
+    result = _show(pytester, mark, "--sglang-url=http://127.0.0.1:30000", "--sglang-profile=eagle3")
+    assert result.ret == 0
+    result.stdout.fnmatch_lines([
+        "pytest-sglang --sglang-show: --sglang-url=http://127.0.0.1:30000: nothing is launched or stopped; the "
+        "tests use the server there",
+        "profile eagle3", "  kind * sglang", "  ready when * GET /health answers 200 within 10 s",
+    ])
+    assert "command" not in result.stdout.str()
+    several = _show(pytester, mark, "--sglang-url=http://127.0.0.1:30000", "--sglang-profile=base,eagle3")
+    assert several.ret == pytest.ExitCode.USAGE_ERROR
+    several.stdout.fnmatch_lines(["*--sglang-url names one running server, but 2 profiles were selected*"])

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
@@ -182,29 +184,84 @@ time.sleep(60)
 """
 
 
-def test_a_rank_terminated_as_a_consequence_is_not_named_first(tmp_path: Path) -> None:
-    """Both deaths noticed in one look: the rank SIGKILLed (reaped by its supervisor, status unknown) is named
-    before the one its supervisor SIGTERMed afterwards, though only the latter's status is known."""
-    server = ServerProcess([sys.executable, "-c", SUPERVISOR], env=dict(os.environ), log_path=tmp_path / "s.log",
+@contextlib.contextmanager
+def _running_tree(tmp_path: Path, script: str, roles: set[str]) -> Iterator[ServerProcess]:
+    """A tree from ``script``, once every member with one of ``roles`` (and any other child) has been seen."""
+    server = ServerProcess([sys.executable, "-c", script], env=dict(os.environ), log_path=tmp_path / "s.log",
                            reap_on_parent_death=False)
     try:
         deadline = time.monotonic() + 10
-        while len(server.members.names()) < 3:
+        while not roles <= set(server.members.names().values()) or len(server.members.names()) < len(roles) + 1:
             assert time.monotonic() < deadline, f"members never seen: {server.members.names()}"
             server.poll()
             time.sleep(0.05)
-        names = server.members.names()
-        killed = next(pid for pid, name in names.items() if "TP1" in name)
-        survivor = next(pid for pid, name in names.items() if "TP0" in name)
+        yield server
+    finally:
+        server.stop(grace=1)
+
+
+def _pid_of(server: ServerProcess, role: str) -> int:
+    return next(pid for pid, name in server.members.names().items() if name == role)
+
+
+def _look_once_all_are_zombies(server: ServerProcess, pids: list[int]) -> None:
+    """Wait until each of ``pids`` has ended, then let the tree look: every death is noticed in that one look."""
+    deadline = time.monotonic() + 10
+    while any(psutil.Process(pid).status() != psutil.STATUS_ZOMBIE for pid in pids):
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    server.members.check(now=time.monotonic() + 1)
+
+
+def test_a_rank_terminated_as_a_consequence_is_not_named_first(tmp_path: Path) -> None:
+    """Both deaths noticed in one look: the rank SIGKILLed (reaped by its supervisor, status unknown) is named
+    before the one its supervisor SIGTERMed afterwards, though only the latter's status is known."""
+    with _running_tree(tmp_path, SUPERVISOR, {"sglang::scheduler_TP0", "sglang::scheduler_TP1"}) as server:
+        killed, survivor = _pid_of(server, "sglang::scheduler_TP1"), _pid_of(server, "sglang::scheduler_TP0")
         os.kill(killed, signal.SIGKILL)
-        deadline = time.monotonic() + 10
-        while psutil.Process(survivor).status() != psutil.STATUS_ZOMBIE:  # both gone before the tree looks
-            assert time.monotonic() < deadline
-            time.sleep(0.02)
-        server.members.check(now=time.monotonic() + 1)
+        _look_once_all_are_zombies(server, [survivor])
         assert {d.member.pid: d.status for d in server.members.deaths} == {killed: None, survivor: -signal.SIGTERM}
         text = server.members.describe_first() or ""
         assert text.startswith(f"sglang::scheduler_TP1 (pid {killed}): gone"), text
         assert f"with it: sglang::scheduler_TP0 (pid {survivor}, killed by SIGTERM (exit code 143))" in text, text
-    finally:
-        server.stop(grace=1)
+
+
+# The order on the GPU host (real SGLang 0.5.23, its scheduler SIGKILLed): the main process reaps the scheduler at
+# once (its status is then no one else's to read), logs SGLang's SIGQUIT line and SIGKILLs the rest of the tree,
+# the detokenizer and a multiprocessing helper without a role, which stay readable as zombies for a while.
+GPU_ORDER = """
+import os, signal, subprocess, sys, time
+scheduler = subprocess.Popen(["sglang::scheduler_TP0", "60"], executable="sleep")
+detokenizer = subprocess.Popen(["sglang::detokenizer", "60"], executable="sleep")
+helper = subprocess.Popen([sys.executable, "-B", "-c", "import time; time.sleep(60)  # resource_tracker"])
+scheduler.wait()
+print("[2026-12-01 10:00:00] Received sigquit from a child process. It usually means the child failed.", flush=True)
+for child in (helper, detokenizer):
+    os.kill(child.pid, signal.SIGKILL)
+time.sleep(8)
+"""
+
+
+def test_the_scheduler_its_launcher_reaped_is_named_before_the_tree_it_killed(tmp_path: Path) -> None:
+    with _running_tree(tmp_path, GPU_ORDER, {"sglang::scheduler_TP0", "sglang::detokenizer"}) as server:
+        scheduler = _pid_of(server, "sglang::scheduler_TP0")
+        rest = [pid for pid in server.members.names() if pid not in (scheduler, server.pid)]
+        os.kill(scheduler, signal.SIGKILL)
+        _look_once_all_are_zombies(server, rest)
+        assert {d.member.pid: d.status for d in server.members.deaths} == {
+            scheduler: None, **{pid: -signal.SIGKILL for pid in rest}}
+        text = server.members.describe_first() or ""
+        assert text.startswith(f"sglang::scheduler_TP0 (pid {scheduler}): gone"), text
+        with_it = text.split("; with it: ", 1)[1]
+        assert with_it.index("sglang::detokenizer") < with_it.index("resource_tracker"), text
+
+
+def test_where_the_order_cannot_be_known_the_message_says_so(tmp_path: Path) -> None:
+    with _running_tree(tmp_path, TREE, {"sglang::scheduler_TP0", "sglang::scheduler_TP1"}) as server:
+        ranks = [_pid_of(server, "sglang::scheduler_TP0"), _pid_of(server, "sglang::scheduler_TP1")]
+        for pid in ranks:  # both SIGKILLed at once (the OOM killer, or a launcher): nothing tells them apart
+            os.kill(pid, signal.SIGKILL)
+        _look_once_all_are_zombies(server, ranks)
+        text = server.members.describe_first() or ""
+        assert text.startswith("not knowable: sglang::scheduler_TP"), text
+        assert all(f"(pid {pid}, killed by SIGKILL (exit code 137))" in text for pid in ranks), text

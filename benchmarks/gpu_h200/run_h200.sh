@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The plugin's whole flow on the lent H200: real SGLang 0.5.23 first, `transformers serve` as the second server.
 # One stage per device call (from the repo root):
-#   device run (carry .whl-sglang):  bash benchmarks/gpu_h200/run_h200.sh F     (or A, AB, B, C, E, T, TEL)
+#   device run (carry .whl-sglang):  bash benchmarks/gpu_h200/run_h200.sh F     (or A, AB, AB2, B, C, E, T, TEL)
 # A: install the carried wheels; machine facts; make the model; session "record" (default profile,
 #    --sglang-update-baseline, the gated benchmark plus NOISE_REPEATS repeats and the sweep); copy default's
 #    baseline entries to the nograph profile; session "check" (default then nograph, no update: default's
@@ -29,6 +29,17 @@
 #    in one session recording its baseline (energy per token beside tok/s), the GPU and /metrics series in
 #    report-tel.json, plotted in report-tel.html, the sampler's own cost; then the client ceiling at concurrency
 #    64, 256 and 1024, one event loop and 8 processes, beside sglang.bench_serving (vllm is not installed there).
+# AB2: does pinning each server to its own cores (profile key `cpus`) take away the per-server state behind
+#    AB's false 0.79x between identical servers? profiles-ab2.toml's ab-main and ab-same on disjoint whole cores
+#    (cpu_split: AB_MAIN_CPUS, AB_SAME_CPUS), pytest (the load generator) under taskset on the rest
+#    (AB2_CLIENT_CPUS); test_ab.py's study at two round lengths, pinned and unpinned ("u": every thread of
+#    both trees and pytest let onto all CPUs, then back) in alternation, last one pinned without the telemetry
+#    sampler ("n": its cost, paired in time with the pinned ones) (AB2_STUDY); ab_study.py sets them beside
+#    call 1's unpinned rounds (results/ab1) in $OUT/ab-study.json; then, in the time left, the client ceiling
+#    at 256 and 1024 with 10 simulators and 4 and 8 client processes ($OUT/ceiling.json). Budget: setup ~55 s,
+#    the pytest session <= AB2_LIMIT (400 s: two startups ~165 s, the rounds ~180 s at call 1's 0.66 s per
+#    16-request and 1.75 s per 64-request round, teardown ~20 s), the ceiling what is left of 500 s, then
+#    summarize and the bundle: one device call of 540 s.
 # Everything goes to $OUT: terminal.txt, results.json, the reports, baselines.json, bundle.tar.gz (logs, HTML).
 set -u
 STAGE=${1:-A}
@@ -88,8 +99,9 @@ session() {  # session NAME TIMEOUT pytest-args...: the SGLang tests (test_gpu_s
 run_pytest() {  # run_pytest NAME TIMEOUT TEST_FILE PROFILES_FILE pytest-args...
   local name=$1 limit=$2 file=benchmarks/gpu_h200/$3 config=benchmarks/gpu_h200/$4; shift 4
   stamp "pytest session $name"
-  echo "+ pytest $file -p pytest_sglang.plugin --sglang-config=$config --sglang-report=$W/out/report-$name.json --sglang-log-dir=$W/out/logs-$name -rA -v -p no:cacheprovider $*"
-  timeout -k 10 "$limit" "$PY" -m pytest "$file" -p pytest_sglang.plugin --sglang-config="$config" \
+  echo "+ ${PYTEST_WRAP:+$PYTEST_WRAP }pytest $file -p pytest_sglang.plugin --sglang-config=$config --sglang-report=$W/out/report-$name.json --sglang-log-dir=$W/out/logs-$name -rA -v -p no:cacheprovider $*"
+  # shellcheck disable=SC2086  # PYTEST_WRAP is a command prefix, split into words on purpose
+  timeout -k 10 "$limit" ${PYTEST_WRAP:-} "$PY" -m pytest "$file" -p pytest_sglang.plugin --sglang-config="$config" \
     --sglang-report="$W/out/report-$name.json" --sglang-log-dir="$W/out/logs-$name" -rA -v -p no:cacheprovider "$@"
   echo "pytest session $name exit $?"
   nvidia-smi --query-compute-apps=pid,used_memory --format=csv
@@ -232,6 +244,61 @@ stage_ab() {  # AB: interleaved A/B on one GPU, then the spread study
   "$PY" benchmarks/gpu_h200/ab_study.py "$OUT/figures.jsonl" "$OUT/ab-study.json"
 }
 
+cpu_split() {  # "MAIN SAME CLIENT": whole cores (hyperthread siblings together) in two equal halves and the rest
+  "$PY" - <<'PYEOF'
+import os
+from pathlib import Path
+
+
+def core(cpu: int) -> tuple[str, str]:
+    topo = Path(f"/sys/devices/system/cpu/cpu{cpu}/topology")
+    try:
+        return (topo / "physical_package_id").read_text().strip(), (topo / "core_id").read_text().strip()
+    except OSError:
+        return "0", str(cpu)
+
+
+cores: dict[tuple[str, str], list[int]] = {}
+for cpu in sorted(os.sched_getaffinity(0)):
+    cores.setdefault(core(cpu), []).append(cpu)
+whole = list(cores.values())
+client_cores = 1 if len(whole[0]) > 1 else 2  # the load generator: one core's threads, or two CPUs
+servers, client = whole[:-client_cores], whole[-client_cores:]
+half = len(servers) // 2
+
+
+def cpus(group: list[list[int]]) -> str:
+    return ",".join(str(c) for g in group for c in g)
+
+
+print(cpus(servers[:half]), cpus(servers[half:2 * half]), cpus(client))
+PYEOF
+}
+
+stage_ab2() {  # AB2: the A-vs-A study pinned (profile key cpus) and unpinned, beside call 1; the ceiling after
+  setup || return 1
+  stamp "cpu topology"
+  lscpu -e=CPU,CORE,SOCKET,NODE 2>/dev/null | head -40 || echo "no lscpu"
+  local main same client
+  read -r main same client < <(cpu_split)
+  export AB_MAIN_CPUS=${AB_MAIN_CPUS:-$main} AB_SAME_CPUS=${AB_SAME_CPUS:-$same}
+  client=${AB2_CLIENT_CPUS:-$client}
+  echo "ab-main on $AB_MAIN_CPUS, ab-same on $AB_SAME_CPUS, pytest on $client"
+  local wrap=""
+  if command -v taskset >/dev/null; then wrap="taskset -c $client"; else echo "no taskset: pytest unpinned"; fi
+  AB_STUDY=${AB2_STUDY:-"16x20 u16x20 64x10 u64x10 16x20 n16x20"} FIGURES=$OUT/figures.jsonl PYTEST_WRAP=$wrap \
+    run_pytest ab2 "${AB2_LIMIT:-400}" test_ab.py profiles-ab2.toml --sglang-profile=ab-main,ab-same -k study
+  stamp "ab_study.py"
+  "$PY" benchmarks/gpu_h200/ab_study.py call-ab1=benchmarks/gpu_h200/results/ab1/figures.jsonl \
+    "call-ab2=$OUT/figures.jsonl" "$OUT/ab-study.json"
+  local rem=$(( ${AB2_END:-500} - (SECONDS - T0) ))
+  if [ "$rem" -lt 45 ]; then echo "no time left for the client ceiling ($rem s)"; return 0; fi
+  stamp "client ceiling: 4 and 8 processes, ${CEIL_SIMS:-10} simulators on one port, limit $rem s"
+  timeout -k 5 "$rem" "$PY" benchmarks/client_ceiling.py --levels 256,1024 --decode-tok-s 200 --output-len 200 \
+    --waves 2 --client-processes 4,8 --sim-processes "${CEIL_SIMS:-10}" --json-out "$OUT/ceiling.json"
+  echo "client ceiling exit $?"
+}
+
 stage_tel() {  # TEL: telemetry of baseline and eagle3, recorded as a baseline; the ceiling past 50k tok/s
   export DRAFT=$W/eagle3-random
   setup || return 1
@@ -244,12 +311,14 @@ stage_tel() {  # TEL: telemetry of baseline and eagle3, recorded as a baseline; 
 }
 
 { case "$STAGE" in A) stage_a ;; B) stage_b ;; C) stage_c ;; E) stage_e ;; T) stage_t ;; F) stage_f ;;
-    G) stage_g ;; AB) stage_ab ;; TEL) stage_tel ;; *) echo "unknown stage $STAGE: A, AB, B, C, E, F, G, T or TEL" ;; esac
+    G) stage_g ;; AB) stage_ab ;; AB2) stage_ab2 ;; TEL) stage_tel ;;
+    *) echo "unknown stage $STAGE: A, AB, AB2, B, C, E, F, G, T or TEL" ;; esac
   stamp "summarize"
   "$PY" benchmarks/gpu_h200/summarize.py "$W/out" "$W/out/results.json"
   stamp "done"; } 2>&1 | tee "$OUT/terminal.txt"
 for f in results.json report-record.json report-check.json report-rerun.json report-eagle3.json \
-  report-tf-record.json report-tf-fault.json report-ci-check-nograph.json report-tel.json report-tel.html report-ab.json; do  # machine.json, release.jsonl: in the bundle (8 files come back)
+  report-tf-record.json report-tf-fault.json report-ci-check-nograph.json report-tel.json report-tel.html report-ab.json \
+  report-ab2.json; do  # machine.json, release.jsonl: in the bundle (8 files come back)
   cp "$W/out/$f" "$OUT/" 2>/dev/null; done
 cp "$W/out/report-check.html" "$W/out/calibrate.md" "$OUT/" 2>/dev/null
 # logs trimmed: the first 400 and last 200 lines of each server log

@@ -40,6 +40,7 @@ CheckStatus = Literal["ok", "regressed", "improved", "not-judged", "no-baseline"
 Gate = Literal["passed", "regressed", "not-judged", "recorded"]
 # check() keywords that are settings of the gate, not metrics
 GATE_OPTIONS = ("max_cv", "confidence")
+NO_BASELINE_NOTE = "no baseline for "  # how the note of a check with nothing to compare with begins
 
 
 class NotJudgedWarning(UserWarning):
@@ -267,7 +268,7 @@ def compare(
         others = [k for k in store.other_keys(profile, test_id) if k != machine.key]
         hint = f" (the file has this test on: {'; '.join(others)})" if others else ""
         names = ", ".join(c.metric for c in missing)
-        text = (f"no baseline for {names} of {where} in {store.path}{hint}; "
+        text = (f"{NO_BASELINE_NOTE}{names} of {where} in {store.path}{hint}; "
                 "run with --sglang-update-baseline to record one")
         if strict:
             comp.errors.append(f"{text} (--sglang-baseline-strict makes this a failure)")

@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from pytest_sglang.bench.answers import read_choice, read_generate
 from pytest_sglang.errors import ServerRequestError
 
 # A fixed, varied prompt set for ``sglang_outputs()`` without prompts: facts, code, lists, arithmetic.
@@ -324,14 +325,9 @@ def _sglang_output(client: Any, key: str | tuple[int, ...], prompt: str | list[i
     answer, asked = _with_logprobs(
         lambda fields: client.generate(prompt, max_new_tokens=max_tokens, fields=fields),
         {"return_logprob": True, "top_logprobs_num": TOP_LOGPROBS})
-    if isinstance(answer, list):
-        answer = answer[0]
-    ids = answer.get("output_ids")
-    meta = answer.get("meta_info")
-    top = meta.get("output_top_logprobs") if asked and isinstance(meta, dict) else None
-    return Output(key, max_tokens, str(answer.get("text") or ""),
-                  tuple(int(t) for t in ids) if isinstance(ids, list) else None,
-                  _top_logprobs(top, _sglang_candidate))
+    read = read_generate(answer)
+    top = read.meta.get("output_top_logprobs") if asked else None
+    return Output(key, max_tokens, read.text, read.output_ids, _top_logprobs(top, _sglang_candidate))
 
 
 def _openai_output(client: Any, kind: str, key: str | tuple[int, ...], prompt: str | list[int], max_tokens: int,
@@ -344,16 +340,10 @@ def _openai_output(client: Any, kind: str, key: str | tuple[int, ...], prompt: s
         answer, asked = _with_logprobs(
             lambda more: client.completions(prompt, max_tokens=max_tokens, **base, **more),
             {"logprobs": TOP_LOGPROBS, "return_tokens_as_token_ids": True})
-    try:
-        choice = answer["choices"][0]
-    except (KeyError, IndexError, TypeError):
-        raise ServerRequestError(f"/v1/completions answered without choices: {json.dumps(answer)[:500]}",
-                                 status=200) from None
-    ids = choice.get("token_ids")
-    logprobs = choice.get("logprobs")
+    choice = read_choice(answer, "POST /v1/completions")
+    logprobs = choice.fields.get("logprobs")
     top = logprobs.get("top_logprobs") if asked and isinstance(logprobs, dict) else None
-    return Output(key, max_tokens, str(choice.get("text") or ""),
-                  tuple(int(t) for t in ids) if isinstance(ids, list) else None,
+    return Output(key, max_tokens, choice.text, choice.token_ids,
                   _top_logprobs([list(p.items()) if isinstance(p, dict) else None for p in top]
                                 if isinstance(top, list) else None, _vllm_candidate))
 

@@ -81,7 +81,10 @@ def _run_coroutine(factory: Callable[[], Coroutine[Any, Any, T]]) -> T:
     """asyncio.run, or, when this thread already runs an event loop (pytest-asyncio), in a worker thread."""
     try:
         asyncio.get_running_loop()
+        in_a_loop = True
     except RuntimeError:
+        in_a_loop = False
+    if not in_a_loop:  # run outside the except: its errors are not "during handling of" that RuntimeError
         return asyncio.run(factory())
     box: dict[str, Any] = {}
 

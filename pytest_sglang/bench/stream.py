@@ -18,8 +18,9 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
+from pytest_sglang.bench.answers import first_choice, read_count, read_generate
 from pytest_sglang.bench.payloads import API_PATHS, BODY_EXCERPT, Api, auth_headers
-from pytest_sglang.errors import BenchmarkError
+from pytest_sglang.errors import BenchmarkError, ServerRequestError
 
 
 @dataclass
@@ -48,6 +49,11 @@ class StreamResult:
         return self.end - self.start
 
 
+def _newer(value: int | None, before: int | None) -> int | None:
+    """A count an event reports, else the one an earlier event did."""
+    return before if value is None else value
+
+
 class _EventParser:
     """Feeds SSE ``data:`` payloads of one API into a StreamResult."""
 
@@ -57,6 +63,7 @@ class _EventParser:
         self._native_text_len = 0
         self._native_tokens = 0
         self.done = False
+        self.where = f"POST {API_PATHS[api]} (streamed)"
 
     def feed(self, payload: bytes, now: float) -> None:
         if payload == b"[DONE]":
@@ -73,46 +80,39 @@ class _EventParser:
             err = data.get("error", data)
             self._fail("in-stream error: " + json.dumps(err)[:BODY_EXCERPT])
             return
-        if self.api == "generate":
-            self._feed_native(data, now)
-        else:
-            self._feed_openai(data, now)
+        try:
+            if self.api == "generate":
+                self._feed_native(data, now)
+            else:
+                self._feed_openai(data, now)
+        except ServerRequestError as exc:
+            self._fail(str(exc))
 
     def _fail(self, message: str) -> None:
         if self.r.error is None:
             self.r.error = message
 
     def _feed_openai(self, data: dict[str, Any], now: float) -> None:
-        choices = data.get("choices") or []
-        if choices:
-            choice = choices[0]
-            if self.api == "chat":
-                delta = choice.get("delta") or {}
-                piece = (delta.get("content") or "") + (delta.get("reasoning_content") or "")
-            else:
-                piece = choice.get("text") or ""
-            if piece:
-                self.r.chunk_times.append(now)
-                self.r.text += piece
+        choice = first_choice(data, self.where, chat=self.api == "chat")
+        if choice is not None and choice.text:
+            self.r.chunk_times.append(now)
+            self.r.text += choice.text
         spec = (data.get("sglext") or {}).get("spec_tokens_details") if isinstance(data.get("sglext"), dict) else None
         if isinstance(spec, list):
             spec = spec[0] if spec else None
         if isinstance(spec, dict) and spec.get("spec_verify_ct"):  # SGLang's return_spec_tokens_details
             self.r.spec_verify_ct = int(spec["spec_verify_ct"])
         usage = data.get("usage")
-        if isinstance(usage, dict):
-            if usage.get("completion_tokens") is not None:
-                self.r.completion_tokens = int(usage["completion_tokens"])
-            if usage.get("prompt_tokens") is not None:
-                self.r.prompt_tokens = int(usage["prompt_tokens"])
+        self.r.completion_tokens = _newer(read_count(usage, "completion_tokens", self.where, data),
+                                          self.r.completion_tokens)
+        self.r.prompt_tokens = _newer(read_count(usage, "prompt_tokens", self.where, data), self.r.prompt_tokens)
 
     def _feed_native(self, data: dict[str, Any], now: float) -> None:
-        meta = data.get("meta_info") or {}
-        text = data.get("text") or ""
-        tokens = meta.get("completion_tokens")
+        answer = read_generate(data, self.where, ids=False)
+        meta, text = answer.meta, answer.text
+        tokens = read_count(meta, "completion_tokens", self.where, data)
         grew = False
         if tokens is not None:
-            tokens = int(tokens)
             if tokens > self._native_tokens:
                 self.r.chunk_tokens.append(tokens - self._native_tokens)
                 self._native_tokens = tokens
@@ -125,10 +125,8 @@ class _EventParser:
         if len(text) >= self._native_text_len:
             self.r.text = text
             self._native_text_len = len(text)
-        if meta.get("prompt_tokens") is not None:
-            self.r.prompt_tokens = int(meta["prompt_tokens"])
-        if meta.get("spec_verify_ct") is not None:
-            self.r.spec_verify_ct = int(meta["spec_verify_ct"])
+        self.r.prompt_tokens = _newer(read_count(meta, "prompt_tokens", self.where, data), self.r.prompt_tokens)
+        self.r.spec_verify_ct = _newer(read_count(meta, "spec_verify_ct", self.where, data), self.r.spec_verify_ct)
         finish = meta.get("finish_reason")
         if isinstance(finish, dict) and finish.get("type") == "abort":
             self._fail("request aborted by the server: " + json.dumps(finish)[:BODY_EXCERPT])

@@ -12,6 +12,7 @@ from difflib import get_close_matches
 from pathlib import Path
 from typing import Any
 
+from pytest_sglang.config.slurm import SlurmSpec, parse_slurm
 from pytest_sglang.errors import ProfileError
 from pytest_sglang.kinds import KINDS
 from pytest_sglang.sim.config import FAULTS, KNOB_ENV, KnobError, Knobs, load_knobs
@@ -45,9 +46,12 @@ _KEY_TYPES: dict[str, tuple[tuple[type, ...], str]] = {
     "ssh_options": ((list,), "a list of extra ssh client arguments, e.g. ['-p', '2222']"),
     "remote_log_dir": ((str,), "a folder on the ssh host for the server's log"),
     "gpus": ((list,), "a list of GPU indices such as [0] or [0, 1], exported as CUDA_VISIBLE_DEVICES"),
+    "slurm": ((dict,), "a table such as { nodes = 2, gpus_per_node = 8, partition = 'gpu', time = '02:00:00' }"),
+    "cpus": ((list, str), "CPU indices such as [0, 1, 2, 3] or a string such as '0-6' or '0-3,8'"),
 }
 SIM_KNOBS = frozenset(f.name for f in fields(Knobs))
 SIM_FAULTS = (None, *FAULTS)
+_CPU_RANGE = re.compile(r"^\s*(\d+)\s*(?:-\s*(\d+)\s*)?$")
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
 
@@ -75,6 +79,8 @@ class Profile:
     ssh_options: tuple[str, ...] = ()
     remote_log_dir: str | None = None  # default: a folder under the host's temp dir
     gpus: tuple[int, ...] | None = None  # exported as CUDA_VISIBLE_DEVICES (two A/B servers on their own GPUs)
+    slurm: SlurmSpec | None = None  # spread over nodes through one srun step (launch/slurm.py)
+    cpus: tuple[int, ...] | None = None  # the launched tree's CPU affinity (two A/B servers off each other's cores)
     unset: Mapping[str, str] = field(default_factory=dict, repr=False)  # key -> why its ${VAR} is unset
 
     @property
@@ -148,13 +154,20 @@ def load_profiles(rootdir: Path, config: Path | None, environ: Mapping[str, str]
     except tomllib.TOMLDecodeError as exc:
         where = f" (line {len(text.splitlines())}, the last)" if "end of document" in str(exc) else ""
         raise ProfileError(f"{path}: malformed TOML: {exc}{where}. Fix the file at that line.") from None
-    raw: Any = data
-    for part in table_path:
-        raw = raw.get(part, {}) if isinstance(raw, dict) else {}
+    if config is not None and "profiles" not in data and _table(data, PYPROJECT_TABLE):
+        table_path = PYPROJECT_TABLE  # --sglang-config pointed at a pyproject.toml: its tables are named so
+    raw = _table(data, table_path)
     if not isinstance(raw, dict):
         raise ProfileError(f"{path}: [{'.'.join(table_path)}] must be a table of profiles.")
     loader = _Loader(path, text, ".".join(table_path), raw, environ)
     return ProfileSet(path, {name: loader.resolve(name) for name in raw})
+
+
+def _table(data: dict[str, Any], path: tuple[str, ...]) -> Any:
+    raw: Any = data
+    for part in path:
+        raw = raw.get(part, {}) if isinstance(raw, dict) else {}
+    return raw
 
 
 class _Loader:
@@ -194,7 +207,7 @@ class _Loader:
             value = self.expand(name, key, value)
             if key == "args":
                 merged["args"] = [*merged.get("args", []), *value]
-            elif key in ("env", "sim"):
+            elif key in ("env", "sim", "slurm"):
                 merged[key] = {**merged.get(key, {}), **value}
             else:
                 merged[key] = value
@@ -269,6 +282,15 @@ class _Loader:
         if ssh is not None and (not ssh.strip() or ssh.startswith("-") or any(c.isspace() for c in ssh)):
             raise ProfileError(f"{self.where(name, 'ssh')}: {ssh!r} is not an ssh destination: give 'user@host' or "
                                "a Host alias (ssh options go in `ssh_options`).")
+        if ssh is not None and "slurm" in merged:
+            raise ProfileError(f"{self.where(name, 'slurm')}: a profile runs either on an ssh host or through SLURM; "
+                               "drop `ssh` (srun reaches the nodes) or `slurm`.")
+        slurm = parse_slurm(self.where(name), merged["slurm"]) if "slurm" in merged else None
+        cpus = parse_cpus(self.where(name, "cpus"), merged["cpus"]) if "cpus" in merged else None
+        if cpus is not None and (ssh is not None or slurm is not None):
+            raise ProfileError(f"{self.where(name, 'cpus')}: `cpus` is applied to servers launched on this machine "
+                               f"only, not through {'ssh' if ssh is not None else 'SLURM'}; drop it, or pin the "
+                               "server in `command` (e.g. taskset -c 0-6 ...) on that host.")
         gpus = merged.get("gpus")
         if gpus is not None:
             if "CUDA_VISIBLE_DEVICES" in merged.get("env", {}):
@@ -311,8 +333,30 @@ class _Loader:
             ssh_options=tuple(str(o) for o in merged.get("ssh_options", ())),
             remote_log_dir=merged.get("remote_log_dir"),
             gpus=tuple(int(g) for g in gpus) if gpus is not None else None,
+            slurm=slurm,
+            cpus=cpus,
             unset=dict(self.unset.get(name, {})),
         )
+
+
+def parse_cpus(where: str, value: Any) -> tuple[int, ...]:
+    """``[0, 1, 2]`` or ``"0-6"`` / ``"0-3,8"`` (taskset's list form) as sorted, distinct CPU indices."""
+    how = "write e.g. cpus = [0, 1, 2, 3] or cpus = \"0-6\" (CPU numbers as `nproc` and taskset count them)"
+    if isinstance(value, str):
+        cpus: list[int] = []
+        for part in value.split(","):
+            match = _CPU_RANGE.match(part)
+            low, high = (int(match.group(1)), int(match.group(2) or match.group(1))) if match else (0, -1)
+            if high < low:
+                raise ProfileError(f"{where}: {value!r} is not a CPU list ({part.strip()!r}); {how}.")
+            cpus += range(low, high + 1)
+    else:
+        cpus = [int(c) for c in value if str(c).isdigit()]
+        if len(cpus) != len(value):
+            raise ProfileError(f"{where}: {value!r} is not a list of CPU indices; {how}.")
+    if not cpus or len(set(cpus)) != len(cpus):
+        raise ProfileError(f"{where}: {value!r} is not a list of distinct CPU indices; {how}.")
+    return tuple(sorted(cpus))
 
 
 def _as_raw(profile: Profile) -> dict[str, Any]:
@@ -324,6 +368,8 @@ def _as_raw(profile: Profile) -> dict[str, Any]:
             continue
         value = getattr(profile, key)
         if value != getattr(defaults, key):
+            if isinstance(value, SlurmSpec):
+                value = value.as_raw()
             raw[key] = list(value) if isinstance(value, tuple) else value
     return raw
 

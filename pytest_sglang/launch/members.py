@@ -30,6 +30,7 @@ FIRST_RESCAN_SECONDS = 0.1  # the rescan interval starts here and doubles up to 
 RESCAN_SECONDS = 2.0  # spawns its ranks in its first second, and they are seen before the first test kills one
 SIM_WORKER = "pytest_sglang.sim.worker"
 TERMINATED = (-signal.SIGTERM, 128 + signal.SIGTERM)  # killed by SIGTERM, or exited as its handler does
+KILLED = (-signal.SIGKILL, 128 + signal.SIGKILL)
 _LINUX = sys.platform.startswith("linux")
 
 
@@ -143,17 +144,19 @@ class TreeMembers:
         batch = self.first_deaths()
         if not batch or (len(batch) == 1 and batch[0].member.root):
             return None
-        # Of processes noticed gone together, the one whose status is known says the most, except a SIGTERM: that
-        # is what a supervisor (torchrun's agent, SGLang's launcher) sends the survivors once one member died,
-        # and the member that died may have been reaped before anyone could read how.
-        batch.sort(key=lambda d: (d.status in TERMINATED, d.status is None, d.member.root))
-        first, others = batch[0], batch[1:]
+        batch.sort(key=_likelier_first)
+        tied = [d for d in batch if _likelier_first(d) == _likelier_first(batch[0])]
+        others = batch[len(tied):]
+        if len(tied) == 1:
+            text = tied[0].describe()
+        else:
+            text = (f"not knowable: {' and '.join(_brief(d) for d in tied[:4])} were noticed gone together "
+                    f"{tied[0].after:.1f} s after launch, with nothing to tell which went first")
         if not others:
-            return first.describe()
-        named = [f"{d.member.name} (pid {d.member.pid}" + (f", {describe_exit(d.status)})" if d.status is not None
-                                                           else ")") for d in others[:4]]
+            return text
+        named = [_brief(d) for d in others[:4]]
         more = f" and {len(others) - 4} more" if len(others) > 4 else ""
-        return f"{first.describe()}; with it: {', '.join(named)}{more}"
+        return f"{text}; with it: {', '.join(named)}{more}"
 
     def _rescan(self) -> None:
         try:
@@ -180,6 +183,31 @@ class TreeMembers:
         member = Member(pid, ident, role_of(cmdline) or (None if root else _torchrun_rank(proc)), _short(cmdline),
                         root=root)
         self._members[pid] = self._alive[pid] = member
+
+
+def _likelier_first(death: Death) -> tuple[int, int]:
+    """Of deaths noticed in one look, the lower the likelier first. A member with a role comes before the main
+    process, and both before a helper without a role (a resource tracker): such helpers die with the tree.
+    Then by status: one that could not be read (its parent reaped it at once, as SGLang's launcher and
+    torchrun's agent do with the child that failed) before a failure of its own (an exit code, a SIGSEGV),
+    before a SIGKILL (what a launcher sends the rest of the tree, or the OOM killer), before a SIGTERM (what a
+    supervisor sends the survivors)."""
+    member, status = death.member, death.status
+    kind = 2 if member.role is None and not member.root else 1 if member.root else 0
+    if status is None:
+        how = 0
+    elif status in TERMINATED:
+        how = 3
+    elif status in KILLED:
+        how = 2
+    else:
+        how = 1
+    return kind, how
+
+
+def _brief(death: Death) -> str:
+    how = f", {describe_exit(death.status)}" if death.status is not None else ", gone"
+    return f"{death.member.name} (pid {death.member.pid}{how})"
 
 
 def died_first(process: object) -> str | None:

@@ -9,12 +9,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from pytest_sglang.config import KINDS, SGLANG, Kind, Profile
-from pytest_sglang.errors import ProfileError
+from pytest_sglang.errors import ProfileError, register_arg_secrets, register_env_secrets, register_secret
 from pytest_sglang.launch.ports import free_port, url_host
 from pytest_sglang.sim.drift import RUN_ENV
 
@@ -59,13 +60,22 @@ class LaunchPlan:
     def headers(self) -> dict[str, str]:
         return auth_headers(self.profile.api_key)
 
+    def register_secrets(self) -> None:
+        """Every secret this launch may print (its --api-key, secret-named variables), for redaction."""
+        register_secret(self.profile.api_key)
+        register_env_secrets(self.profile.env)
+        register_env_secrets(os.environ)
+        register_arg_secrets(self.argv)
+
 
 def plan_launch(profile: Profile, *, sim: bool, log_dir: Path, startup_timeout: float | None = None,
-                sim_run: str | None = None) -> LaunchPlan:
+                sim_run: str | None = None, check: bool = True) -> LaunchPlan:
     """Turn a profile into a command line, an environment and the rules that say when it is ready.
 
     ``sim_run`` is the pytest run's identity for the simulator's drift (sim/drift.py, SimRun.to_env): every
     simulator of one run gets the same one. Left out of the fingerprint: a kept server is the same server.
+    ``check``: raise the first of :func:`launch_problems` (a missing interpreter, binary or model path) as a
+    ProfileError; --sglang-show plans without it to show the command beside every problem.
     """
     profile.require(None if not sim else set(profile.unset) - NOT_NEEDED_BY_SIM)
     kind = SGLANG if sim else KINDS[profile.kind]
@@ -82,8 +92,6 @@ def plan_launch(profile: Profile, *, sim: bool, log_dir: Path, startup_timeout: 
         template = (*kind.command, *profile.args)
         if profile.model is None:
             template = _drop_flag(template, kind.model_flag)
-        elif not profile.ssh:  # a model path on an ssh host is that host's to check
-            _check_model_path(profile)
     values = {"python": python, "model": profile.model or "", "host": host}
     unported = [_substitute(part, values) for part in template]
     argv = [part.replace(PORT_PLACEHOLDER, str(port)) for part in unported]
@@ -94,7 +102,7 @@ def plan_launch(profile: Profile, *, sim: bool, log_dir: Path, startup_timeout: 
             env[SIM_RUN_ENV] = sim_run
     ready_pattern = profile.ready_pattern if profile.ready_pattern is not None else kind.ready_pattern
     health_path = profile.health_path if profile.health_path is not None else kind.health_path
-    return LaunchPlan(
+    plan = LaunchPlan(
         profile=profile,
         kind=kind,
         argv=argv,
@@ -110,6 +118,48 @@ def plan_launch(profile: Profile, *, sim: bool, log_dir: Path, startup_timeout: 
         sim=sim,
         fingerprint=_fingerprint(profile, kind, unported if profile.port is None else argv, sim),
     )
+    problems = launch_problems(plan) if check else []
+    if problems:
+        raise ProfileError(problems[0])
+    return plan
+
+
+def launch_problems(plan: LaunchPlan) -> list[str]:
+    """What would make the launch fail before the server could say anything: an interpreter, a command binary
+    or a local model path that is not there. An ssh profile's paths are its host's to check; a simulated run
+    uses none of them."""
+    profile = plan.profile
+    if plan.sim or profile.ssh:
+        return []
+    where = f"{profile.source}: profile {profile.name!r}"
+    path_env = plan.env.get("PATH")
+    problems = []
+    if profile.python and (not profile.command or any("{python}" in part for part in profile.command)):
+        missing = _missing_binary(profile.python, path_env)
+        if missing:
+            problems.append(f"{where}: python {profile.python} {missing}. Point `python` at the interpreter that "
+                            f"has {plan.kind.name} installed (e.g. /opt/venv/bin/python3), or drop the key to use "
+                            "pytest's own.")
+    if profile.command and plan.argv and plan.argv[0] != profile.python:
+        missing = _missing_binary(plan.argv[0], path_env)
+        if missing:
+            problems.append(f"{where}: command {plan.argv[0]} {missing}. The first item of `command` is the "
+                            "program to run: give its full path, or {python} for the profile's interpreter.")
+    if profile.model is not None and not profile.command:
+        problems += _model_path_problems(profile, where)
+    return problems
+
+
+def _missing_binary(program: str, path_env: str | None) -> str | None:
+    """Why ``program`` cannot be run, or None if it can."""
+    if os.sep not in program:
+        return None if shutil.which(program, path=path_env) else "is not on PATH"
+    path = Path(program).expanduser()
+    if not path.exists():
+        return "does not exist"
+    if path.is_dir() or not os.access(path, os.X_OK):
+        return "is not an executable file"
+    return None
 
 
 def _probe_paths(profile: Profile, kind: Kind, health_path: str | None) -> tuple[str, ...]:
@@ -123,10 +173,12 @@ def _probe_paths(profile: Profile, kind: Kind, health_path: str | None) -> tuple
 def _fingerprint(profile: Profile, kind: Kind, argv: list[str], sim: bool) -> str:
     from pytest_sglang import __version__
 
-    shape = {
+    shape: dict[str, object] = {
         "kind": kind.name, "argv": argv, "env": profile.launch_env, "sim": dict(profile.sim) if sim else None,
         "ready_pattern": profile.ready_pattern, "health_path": profile.health_path, "plugin": __version__,
     }
+    if profile.cpus is not None:
+        shape["cpus"] = list(profile.cpus)
     # A digest, not the values: the fingerprint is stored on disk and the args may hold an --api-key.
     return hashlib.sha256(json.dumps(shape, sort_keys=True).encode()).hexdigest()
 
@@ -159,11 +211,10 @@ def _drop_flag(template: tuple[str, ...], flag: str | None) -> tuple[str, ...]:
     return tuple(out)
 
 
-def _check_model_path(profile: Profile) -> None:
+def _model_path_problems(profile: Profile, where: str) -> list[str]:
     model = profile.model or ""
     looks_local = model.startswith(("/", "./", "../", "~"))
     if looks_local and not Path(model).expanduser().exists():
-        raise ProfileError(
-            f"{profile.source}: profile {profile.name!r}, key 'model': model path {model} does not exist. "
-            f"Check the path (and any ${{VAR}} in it); a hub name such as org/model is passed through as is."
-        )
+        return [f"{where}, key 'model': model path {model} does not exist. Check the path (and any ${{VAR}} in "
+                "it); a hub name such as org/model is passed through as is."]
+    return []

@@ -16,12 +16,13 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Protocol
 
 import psutil
 
+from pytest_sglang.errors import CpuAffinityError
 from pytest_sglang.launch.logdir import open_log
 from pytest_sglang.launch.members import TreeMembers
 
@@ -52,15 +53,20 @@ class ServerProcess:
         log_path: Path,
         reap_on_parent_death: bool = True,
         guardian_pid: int | None = None,
+        token: str | None = None,
+        reaper_scancel: Sequence[str] = (),
+        cpus: Sequence[int] | None = None,
     ) -> None:
         """``guardian_pid``: the process whose death means nobody will tear this server down (default: this
-        one; under pytest-xdist, the controller that owns the shared server)."""
+        one; under pytest-xdist, the controller that owns the shared server). ``reaper_scancel``: scancel's
+        arguments that end this server's SLURM job, which the reaper runs too (launch/slurm.py). ``cpus``: the
+        tree's CPU affinity, set before the server runs a line, so every worker it forks inherits it."""
         self.argv = list(argv)
         self.log_path = log_path
-        self.token = uuid.uuid4().hex
+        self.token = token or uuid.uuid4().hex
         # Truncate: a previous run's log in a reused --sglang-log-dir holds a ready line of its own. Private (0600):
         # servers log their arguments, an --api-key included.
-        with open_log(log_path) as log:
+        with open_log(log_path) as log, pinned(cpus):
             self.popen = subprocess.Popen(
                 self.argv,
                 stdin=subprocess.DEVNULL,
@@ -77,7 +83,7 @@ class ServerProcess:
         if reap_on_parent_death:
             self._reaper = subprocess.Popen(
                 [sys.executable, "-m", "pytest_sglang.launch.reaper", str(guardian_pid or os.getpid()), str(self.pid),
-                 self.token],
+                 self.token, *reaper_scancel],
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
@@ -105,6 +111,30 @@ class ServerProcess:
             self._reaper.kill()
             self._reaper.wait()
         return self.popen.returncode
+
+
+@contextlib.contextmanager
+def pinned(cpus: Sequence[int] | None) -> Iterator[None]:
+    """This thread on ``cpus`` while the block runs: a child forked here starts with that affinity, and no
+    other thread of pytest is moved (Linux keeps the mask per thread)."""
+    if cpus is None:
+        yield
+        return
+    if not hasattr(os, "sched_setaffinity"):
+        raise CpuAffinityError(f"cpus {list(cpus)} cannot be applied: this platform ({sys.platform}) has no CPU "
+                               "affinity; drop `cpus` here.")
+    before = os.sched_getaffinity(0)
+    try:
+        os.sched_setaffinity(0, cpus)
+    except OSError as exc:
+        raise CpuAffinityError(
+            f"cpus {list(cpus)} cannot be applied on this machine ({exc.strerror}): it has {os.cpu_count()} CPUs "
+            f"(0-{(os.cpu_count() or 1) - 1}), not all of them ours to use ({len(before)} are this process's); "
+            "name CPUs that `taskset -pc $$` shows.") from None
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, before)
 
 
 def owned_processes(token: str) -> list[psutil.Process]:

@@ -38,7 +38,7 @@ def _baseline_view(comps: Iterable[Comparison]) -> dict[str, Any]:
 
 def _profile_gate(record: Any, server_checks: Sequence[Comparison]) -> tuple[str | None, str | None]:
     if record is not None and not record.ready:
-        return "not-judged", f"the server could not start: {record.cause or record.outcome}"
+        return "not-judged", f"the server could not start: {record.reason}"
     return gate_of(None, server_checks)
 
 
@@ -132,6 +132,7 @@ def build_report(ledger: SessionLedger, *, machine: Machine | None = None, commi
             "phases": dict(record.phases) if record else {},
             "log_path": str(record.log_path) if record and record.log_path else None,
             "error": record.error if record and not record.ready else None,
+            "died": record.died if record else None,
             "gate": server_gate,
             "gate_reason": server_reason,
             "startup_baseline": _baseline_view(server_checks).get("startup_seconds"),

@@ -31,8 +31,8 @@ def _bars(report: dict[str, Any]) -> str:
     scale = (width - left - right) / peak
     svg = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
            'font-family="sans-serif" font-size="13" role="img" aria-label="output tok/s per profile">',
-           f'<text x="{left}" y="22" font-weight="bold">output throughput (tok/s); '
-           'line: baseline</text>']
+           f'<text x="{left}" y="22" font-weight="bold">output throughput (tok/s)'
+           f'{"; dashed line: the stored baseline" if any(b for _, _, b, _ in bars) else ""}</text>']
     for i, (label, value, base, status) in enumerate(bars):
         y = top + i * (bar_h + gap)
         color = {"regressed": "#d62728", "improved": "#2ca02c", "missing": "#d62728",

@@ -45,9 +45,9 @@ def check_properties(comp: Comparison) -> list[tuple[str, object]]:
     return props
 
 
-def startup_failure_properties(cause: str | None) -> list[tuple[str, object]]:
+def startup_failure_properties(reason: str) -> list[tuple[str, object]]:
     """A test that could not run because its server did not start: not judged, not regressed."""
-    return [("sglang_gate", "not-judged"), ("sglang_gate_reason", f"the server could not start: {cause or '?'}")]
+    return [("sglang_gate", "not-judged"), ("sglang_gate_reason", f"the server could not start: {reason}")]
 
 
 def ab_properties(result: ABResult) -> list[tuple[str, object]]:

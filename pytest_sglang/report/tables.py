@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from pytest_sglang.baseline.checks import NO_BASELINE_NOTE
 from pytest_sglang.bench.sweep import CURVE_X, CURVE_Y
 
 
@@ -153,11 +154,31 @@ def terminal_lines(report: dict[str, Any]) -> list[str]:
             knee = f", knee at {sweep['param']}={sweep['knee']:g}" if sweep["knee"] is not None else ""
             curve = "; ".join(f"{p['value']:g}: {p[CURVE_Y]:.1f} tok/s at {p[CURVE_X]:.0f} ms" for p in sweep["points"])
             out.append(f"{name} sweep {sweep['test_id'].rsplit('::', 1)[-1]} over {sweep['param']}{knee}: {curve}")
-        for bench in prof["benchmarks"]:
-            for note in bench["notes"]:
-                out.append(f"note: {note}")
+        out += [f"note: {note}" for note in _notes(name, prof, report)]
     out += [f"telemetry: {line}" for line in _telemetry_lines(report)]
     return out + ab_lines(report) + gate_lines(report)
+
+
+def _notes(name: str, prof: dict[str, Any], report: dict[str, Any]) -> list[str]:
+    """The benchmarks' notes; "no baseline" once for the profile, naming its tests, not once per check."""
+    notes: list[str] = []
+    unrecorded: list[tuple[dict[str, Any], str]] = []  # (its benchmark, the note)
+    for bench in prof["benchmarks"]:
+        for note in bench["notes"]:
+            if note.startswith(NO_BASELINE_NOTE):
+                unrecorded.append((bench, note))
+            else:
+                notes.append(note)
+    if len(unrecorded) == 1:
+        notes.append(unrecorded[0][1])
+    elif unrecorded:
+        labels = list(dict.fromkeys(_test_label(bench) for bench, _ in unrecorded))
+        shown = ", ".join(labels[:6]) + (f" and {len(labels) - 6} more" if len(labels) > 6 else "")
+        where = f" in {report['baseline_file']}" if report.get("baseline_file") else ""
+        notes.append(f"{NO_BASELINE_NOTE}{len(unrecorded)} checks of {name} on "
+                     f"{report.get('machine_key') or 'this machine'}{where} ({shown}); run with "
+                     "--sglang-update-baseline to record them")
+    return notes
 
 
 def markdown(report: dict[str, Any]) -> str:

@@ -6,10 +6,10 @@ returns with that origin's liveness strategy. Reuse across runs (reuse.py) build
 
 from __future__ import annotations
 
-import os
 import time
 
-from pytest_sglang.errors import Diagnosis, register_arg_secrets, register_env_secrets, register_secret
+from pytest_sglang.config import Profile
+from pytest_sglang.errors import CpuAffinityError, Diagnosis, ServerStartupError, register_secret
 from pytest_sglang.launch.plan import LaunchPlan, auth_headers
 from pytest_sglang.launch.ports import check_port_free
 from pytest_sglang.launch.process import ProcessTree, ServerProcess
@@ -21,6 +21,7 @@ from pytest_sglang.server.url import server_root
 from pytest_sglang.watch import LogTail, LogWatcher
 
 ATTACH_TIMEOUT_SECONDS = 10.0
+ATTACH_HEALTH_PATH = "/health"
 SERVER_MODULES = {"sglang": "sglang", "vllm": "vllm"}
 
 
@@ -31,18 +32,23 @@ def launch_server(plan: LaunchPlan, *, on_status: StatusCallback = ignore, on_re
     ``keep``: the server outlives the session (--sglang-reuse), so no reaper ties it to this pytest.
     ``guardian_pid``: the process the reaper watches instead of this one (the xdist controller)."""
     profile = plan.profile
-    register_secret(profile.api_key)
-    register_env_secrets(profile.env)
-    register_env_secrets(os.environ)
-    register_arg_secrets(plan.argv)
+    plan.register_secrets()
 
     def say(text: str) -> None:
         on_status(f"[sglang {profile.name}] {text}")
 
     wait_for_dying_holder(plan.host, plan.port, on_status=say)  # a predecessor still on its way out
     check_port_free(plan.host, plan.port, plan.health_path)
-    process = ServerProcess(plan.argv, env=plan.env, log_path=plan.log_path, reap_on_parent_death=reap and not keep,
-                            guardian_pid=guardian_pid)
+    try:
+        process = ServerProcess(plan.argv, env=plan.env, log_path=plan.log_path,
+                                reap_on_parent_death=reap and not keep, guardian_pid=guardian_pid, cpus=profile.cpus)
+    except CpuAffinityError as exc:
+        raise CpuAffinityError(f"{profile.source}: profile {profile.name!r}, key 'cpus': {exc}") from None
+    except OSError as exc:  # the program is there but cannot be run (no exec bit on a mount, a script's shebang)
+        raise ServerStartupError(
+            f"could not run {plan.argv[0]}: {exc.strerror or exc}", profile=profile.name, log_path=None,
+            diagnosis=Diagnosis(), command=plan.argv,
+            hints=[f"check that {plan.argv[0]} runs on its own: `{plan.argv[0]} --version`"]) from None
     watcher = LogWatcher(plan.kind, ready_pattern=plan.ready_pattern, started_at=process.started_at,
                          tail=LogTail(plan.log_path))
     template = StartupRecord(profile=profile.name, kind=plan.kind.name, origin="launched", outcome="ready",
@@ -79,6 +85,12 @@ def startup_wait(plan: LaunchPlan, *, template: StartupRecord, process: ProcessT
             f"look at {look_at}: a hang there (NCCL init, a download) will not end by waiting longer",
         ],
     )
+
+
+def attach_health_path(profile: Profile | None) -> str:
+    """What an --sglang-url server is asked, to be ready and while it serves: the profile's health_path, else
+    /health."""
+    return profile.health_path if profile is not None and profile.health_path else ATTACH_HEALTH_PATH
 
 
 def attach_server(url: str, *, profile: str, kind: str = "sglang", health_path: str | None = "/health",

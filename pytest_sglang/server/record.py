@@ -33,10 +33,22 @@ class StartupRecord:
     pid: int | None = None
     error: str | None = None  # the whole diagnosis of a failed startup
     cause: str | None = None  # its one root-cause line, for one-line summaries
+    died: str | None = None  # a ready server that died during the session: why, in one line
 
     @property
     def ready(self) -> bool:
         return self.outcome == "ready"
+
+    @property
+    def reason(self) -> str:
+        """Why a startup did not end ready, in one line: its root cause, else its error's headline (a timeout, a
+        stall, an unreachable URL have no root-cause line)."""
+        headline = ((self.error or "").splitlines() or [""])[0].replace(f"[sglang {self.profile}] ", "")
+        return self.cause or headline or self.outcome
+
+    def dying(self, why: str) -> StartupRecord:
+        """This record, of a server that was ready and has died during the session."""
+        return replace(self, died=why)
 
     def reused(self) -> StartupRecord:
         """This record, as seen by a later run that attaches to the kept server."""
@@ -64,8 +76,11 @@ class StartupRecord:
             return (f"{name}: INTERRUPTED during startup after {self.elapsed or 0.0:.1f} s{where}; the server's "
                     f"process tree was killed" + (f" (log: {self.log_path})" if self.log_path else ""))
         if self.outcome == "failed":
-            cause = self.cause or ((self.error or "").splitlines() or ["unknown"])[0].replace(f"[sglang {name}] ", "")
-            return f"{name}: FAILED TO START: {cause}" + (f" (log: {self.log_path})" if self.log_path else "")
+            return f"{name}: FAILED TO START: {self.reason}" + (f" (log: {self.log_path})" if self.log_path else "")
+        if self.died is not None:
+            started = f"ready in {self.startup_seconds:.1f} s, " if self.startup_seconds is not None else ""
+            return f"{name}: {started}then DIED during the session: {self.died}" + (
+                f" (log: {self.log_path})" if self.log_path else "")
         if self.origin == "attached":
             return f"{name}: attached to a running server at http://{self.host}:{self.port} (startup not measured)"
         if self.origin == "reused":

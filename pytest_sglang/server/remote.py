@@ -20,9 +20,6 @@ from pytest_sglang.errors import (
     RemoteStartupError,
     ServerDiedError,
     ServerError,
-    register_arg_secrets,
-    register_env_secrets,
-    register_secret,
 )
 from pytest_sglang.launch.plan import LaunchPlan
 from pytest_sglang.launch.remote import HEARTBEAT_TIMEOUT, RemoteServer, plan_remote, run_agent
@@ -45,10 +42,7 @@ def launch_remote_server(plan: LaunchPlan, *, on_status: StatusCallback = ignore
         raise PluginError(f"[sglang {profile.name}] profile {profile.name!r} runs on {profile.ssh} over ssh, and "
                           "ssh servers are not shared by pytest-xdist workers yet: each worker would launch its own "
                           "copy there. Run its tests with -n 0.")
-    register_secret(profile.api_key)
-    register_env_secrets(profile.env)
-    register_env_secrets(os.environ)
-    register_arg_secrets(plan.argv)
+    plan.register_secrets()
     rplan = plan_remote(plan)
     remote = RemoteServer(rplan, heartbeat_timeout=env_knobs().ssh_heartbeat_timeout or HEARTBEAT_TIMEOUT)
     remote.start()

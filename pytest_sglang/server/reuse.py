@@ -17,7 +17,7 @@ from pathlib import Path
 
 import psutil
 
-from pytest_sglang.errors import ServerStartupError
+from pytest_sglang.errors import PortInUseError, ServerStartupError
 from pytest_sglang.launch.logdir import state_dir
 from pytest_sglang.launch.plan import LaunchPlan, base_url
 from pytest_sglang.launch.release import kill_and_release
@@ -74,6 +74,16 @@ class KeptServers:
             return []
         found = (self._load(path.stem) for path in sorted(self.folder.glob("*.json")))
         return [k for k in found if k is not None]
+
+    def busy_error(self, port: int) -> PortInUseError | None:
+        """Why a launch found ``port`` busy, where the server --sglang-reuse kept for this rootdir holds it."""
+        kept = next((k for k in self.kept() if k.record.port == port and psutil.pid_exists(k.pid)), None)
+        if kept is None:
+            return None
+        return PortInUseError(
+            f"Port {kept.record.host}:{port} is busy: it is the server that --sglang-reuse kept for profile "
+            f"{kept.record.profile!r} (pid {kept.pid}). Stop it with `pytest --sglang-stop`, or run with "
+            "--sglang-reuse to use it.")
 
     def stop_all(self) -> list[str]:
         """Stop every kept server of this rootdir (the teardown's group kill); say what was stopped."""

@@ -23,6 +23,7 @@ class Knobs:
     max_batch: int = 64  # more concurrent requests wait in a queue
     fault: str | None = None  # "traceback", "exit", "hang", "bad-flag"
     fault_after: float | None = None  # seconds into startup; default 60% of startup_seconds
+    fault_node: int | None = None  # the node rank (--node-rank) the fault happens on; None: node 0
     crash_after_requests: int | None = None  # scheduler crash (traceback, sigquit, SIGKILL) after N requests
     ignore_sigterm: bool = False  # children setsid() and ignore SIGTERM: they escape on purpose
     accept_length: float = 3.2  # tokens per verify step, only under speculative decoding
@@ -107,6 +108,9 @@ def _validate(k: Knobs) -> None:
         raise KnobError(f"{KNOB_ENV}: fault must be one of {', '.join(FAULTS)} or null, got {k.fault!r}")
     if k.fault_after is not None:
         num("fault_after", False)
+    if k.fault_node is not None and (isinstance(k.fault_node, bool) or not isinstance(k.fault_node, int)
+                                     or k.fault_node < 0):
+        raise KnobError(f"{KNOB_ENV}: fault_node must be a node rank (an integer >= 0) or null, got {k.fault_node!r}")
     if k.crash_after_requests is not None and (
         isinstance(k.crash_after_requests, bool) or not isinstance(k.crash_after_requests, int)
         or k.crash_after_requests < 0
@@ -130,6 +134,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--served-model-name", dest="served_model_name", default=None)
     p.add_argument("--context-length", dest="context_length", type=int, default=None)
     p.add_argument("--enable-metrics", dest="enable_metrics", action="store_true")
+    p.add_argument("--nnodes", type=int, default=1)
+    p.add_argument("--node-rank", dest="node_rank", type=int, default=0)
+    p.add_argument("--dist-init-addr", dest="dist_init_addr", default=None)
     return p
 
 
@@ -147,6 +154,14 @@ class ServerArgs:
     context_length: int
     ignored_args: list[str]
     enable_metrics: bool = False
+    nnodes: int = 1
+    node_rank: int = 0
+    dist_init_addr: str | None = None
+
+    @property
+    def local_tp(self) -> int:
+        """The TP ranks this node runs: --tp counts the GPUs of all nodes."""
+        return max(1, self.tp_size // self.nnodes)
 
     @property
     def speculative(self) -> bool:
@@ -171,6 +186,10 @@ def parse_args(argv: list[str], knobs: Knobs) -> ServerArgs:
         parser.error(f"unrecognized arguments: {' '.join(unknown) if unknown else '--bad-flag'}")
     if ns.tp_size < 1:
         parser.error(f"argument --tp-size/--tp: invalid value: {ns.tp_size}")
+    if ns.nnodes < 1 or not 0 <= ns.node_rank < ns.nnodes:
+        parser.error(f"--nnodes {ns.nnodes} --node-rank {ns.node_rank}: the node rank must be in 0..nnodes-1")
+    if ns.nnodes > 1 and (not ns.dist_init_addr or ":" not in ns.dist_init_addr):
+        parser.error("--nnodes > 1 needs --dist-init-addr HOST:PORT (the address rank 0 listens on)")
     return ServerArgs(
         model_path=ns.model_path,
         tokenizer_path=ns.tokenizer_path or ns.model_path,
@@ -184,4 +203,7 @@ def parse_args(argv: list[str], knobs: Knobs) -> ServerArgs:
         context_length=ns.context_length or 32768,
         ignored_args=list(unknown),
         enable_metrics=ns.enable_metrics,
+        nnodes=ns.nnodes,
+        node_rank=ns.node_rank,
+        dist_init_addr=ns.dist_init_addr,
     )

@@ -119,6 +119,9 @@ class Handler(BaseHTTPRequestHandler):
             body: dict[str, Any] = {}
             if method in ("POST", "PUT"):
                 body = self.read_json()
+            if self.sim.args.node_rank > 0 and path != "/health":  # a node >= 1 runs SGLang's health server only
+                self.send_json(404, {"detail": "Not Found"})
+                return
             key = self.sim.args.api_key
             if key and not path.startswith(("/health", "/metrics")):
                 if self.headers.get("Authorization") != f"Bearer {key}":

@@ -20,6 +20,7 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import replace
 from http.server import ThreadingHTTPServer
 from types import FrameType
 from typing import Any
@@ -57,7 +58,10 @@ class SimHTTPServer6(SimHTTPServer):
 class SimServer:
     def __init__(self, args: ServerArgs, knobs: Knobs, run: SimRun) -> None:
         self.args = args
+        if (knobs.fault_node or 0) != args.node_rank:  # the fault belongs to another node
+            knobs = replace(knobs, fault=None, crash_after_requests=None)
         self.knobs = knobs
+        self.peers: list[socket.socket] = []  # rank 0: the other nodes' connections; a node >= 1: its own
         self.log = Logger()
         self.rank0_log = Logger(rank_prefix(0, args.tp_size))
         self.t0 = time.monotonic()
@@ -103,8 +107,19 @@ class SimServer:
         signal.signal(signal.SIGQUIT, self.on_sigquit)
         assert self.httpd is not None
         threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.2}, daemon=True).start()
+        if self.args.nnodes > 1:
+            try:
+                self.join_nodes()
+            except OSError as exc:
+                self.log.line(f"RuntimeError: dist init at {self.args.dist_init_addr} failed: {exc}")
+                return 1
+            self.t0 = time.monotonic()  # the load starts once every node has joined
         self.spawn_children(ranks_end)
         self.wait_ranks_ready()
+        if self.args.node_rank > 0:  # SGLang's ranks >= 1: a health server only, no banner, no warmup
+            self.ready.set()
+            while True:
+                time.sleep(3600)
         self.log.uvicorn(f"Started server process [{os.getpid()}]")
         self.log.uvicorn("Waiting for application startup.")
         self.log.uvicorn("Application startup complete.")
@@ -125,6 +140,32 @@ class SimServer:
         self.httpd = cls((self.args.host, self.args.port), Handler)
         self.httpd.sim = self
 
+    def join_nodes(self) -> None:
+        """Rank 0 waits for every other node to connect to --dist-init-addr before it loads (torch's TCPStore
+        rendezvous); a node >= 1 connects there first, retrying as torch does, or under fault "hang" never does."""
+        assert self.args.dist_init_addr is not None
+        host, _, port = self.args.dist_init_addr.rpartition(":")
+        self.log.line("Init torch distributed begin.")
+        if self.args.node_rank == 0:
+            listener = socket.create_server((host.strip("[]"), int(port)))
+            while len(self.peers) < self.args.nnodes - 1:
+                conn, _ = listener.accept()
+                conn.recv(64)
+                self.peers.append(conn)
+            listener.close()
+            return
+        if self.knobs.fault == "hang":
+            while True:
+                time.sleep(3600)
+        while True:
+            try:
+                conn = socket.create_connection((host.strip("[]"), int(port)), timeout=2.0)
+                break
+            except OSError:
+                time.sleep(0.2)
+        conn.sendall(f"rank {self.args.node_rank}\n".encode())
+        self.peers.append(conn)
+
     def spawn_children(self, ranks_end: float) -> None:
         base = {
             "server_args": self.args.as_dict(),
@@ -140,9 +181,11 @@ class SimServer:
         detok = subprocess.Popen([*cmd, "detokenizer", json.dumps(base)], stdin=subprocess.PIPE, env=env)
         self.children.append(detok)
         self.ready_fds: list[int] = []
-        for rank in range(self.args.tp_size):
+        local = self.args.local_tp
+        first = self.args.node_rank * local
+        for rank in range(first, first + local):
             r, w = os.pipe()
-            cfg = dict(base, rank=rank, ready_fd=w)
+            cfg = dict(base, rank=rank, ready_fd=w, fault_rank=first + min(1, local - 1))
             proc = subprocess.Popen([*cmd, f"scheduler_TP{rank}", json.dumps(cfg)], stdin=subprocess.PIPE,
                                     env=env, pass_fds=(w,))
             os.close(w)

@@ -101,7 +101,7 @@ class Scheduler:
         fault = self.knobs.get("fault")
         self.fault: str | None = fault if fault in ("traceback", "exit", "hang") else None
         self.fault_at = float(cfg["fault_at"])
-        self.fault_rank = 1 if self.tp > 1 else 0
+        self.fault_rank: int = cfg["fault_rank"]
         self.bar_open = False
 
     # -- pacing -------------------------------------------------------------------------------------------

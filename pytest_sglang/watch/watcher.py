@@ -73,6 +73,8 @@ class LogWatcher:
 
     LAST_LINES = 30
     SILENCE_NOTE_S = 60.0
+    READY_LINE_LABEL = "ready line logged"  # "ready" is the readiness loop's word, once its last step passed
+    OWN_REQUESTS_MAX_BLOCK = 65536  # a longer block is never the readiness probe's access lines alone
 
     def __init__(
         self,
@@ -97,6 +99,7 @@ class LogWatcher:
         self.progress: Progress | None = None
         self.failing_since: float | None = None
         self.last_line_at: float | None = None
+        self._own_requests: re.Pattern[bytes] | None = None
         self._progress_phase: str | None = None  # phase label current when progress was last seen
         self._last: deque[str] = deque(maxlen=self.LAST_LINES)
         self._window = 4096  # bytes decoded at the end of a stretch passed over, to find its last lines
@@ -119,10 +122,22 @@ class LogWatcher:
             for block in tail.read_blocks(final=True):
                 self._block(tail, block, now)
 
+    def ignore_requests(self, paths: Sequence[str]) -> None:
+        """The access-log lines of GETs of ``paths`` (the readiness probe's own requests) are not progress:
+        a block of them alone leaves ``last_line_at`` as it was. No paths: every line is progress again."""
+        alternatives = b"|".join(re.escape(("/" + p.lstrip("/")).encode()) for p in paths)
+        self._own_requests = (re.compile(rb'"GET (?:' + alternatives + rb')(?:\?[^" ]*)? HTTP/1\.[01]" \d{3}')
+                              if paths else None)
+
+    def confirm_ready(self) -> None:
+        """The readiness loop's last step passed: from now on the phase is "ready" (a later death's error says
+        the server had been ready)."""
+        self.phase_label = "ready"
+
     def status(self, now: float) -> str:
         """One line for a live status display, e.g. "loading weights 75% (48/64 shards)"."""
         if self.ready_at is not None:
-            return "ready"
+            return self.phase_label or self.READY_LINE_LABEL
         if self.failing_since is not None:
             causes = self._extractor.root_causes()
             return redact(f"failing: {causes[0].splitlines()[0]}") if causes else "failing"
@@ -182,7 +197,8 @@ class LogWatcher:
 
     def _block(self, tail: LogTail, data: bytes, now: float) -> None:
         """One block of whole raw lines (see the module's docstring)."""
-        self.last_line_at = now
+        if not self._only_own_requests(data):
+            self.last_line_at = now
         every = self._every
         found = every.candidates(data) if every is not None else None
         if every is None or found is None:  # a rule without literals, or text to clean: line by line
@@ -208,6 +224,12 @@ class LogWatcher:
             end, nxt = _line_end(data, pos)
             self._line(tail.decode(data[pos:end]), now)
             pos = nxt
+
+    def _only_own_requests(self, data: bytes) -> bool:
+        own = self._own_requests
+        if own is None or len(data) > self.OWN_REQUESTS_MAX_BLOCK or b'"GET /' not in data:
+            return False
+        return all(own.search(line) for line in data.splitlines() if line.strip())
 
     def _pass_over(self, tail: LogTail, data: bytes, a: int, b: int) -> None:
         """Whole lines [a, b) of a plain block hold no literal of any pending rule, and the extractor is idle:
@@ -261,7 +283,6 @@ class LogWatcher:
         line = line[: self._extractor.max_line_chars]
         if "\x1b" in line:
             line = clean_line(line)
-        self.last_line_at = now
         if line.strip():
             self._last.append(line)
         if self._extractor.feed_line(line) and self.failing_since is None:
@@ -271,7 +292,7 @@ class LogWatcher:
             return
         if self._ready_re is not None and self.ready_at is None and self._ready_re.search(line):
             self.ready_at = now  # phases["ready"] is the readiness loop's to write: the line is not the last step
-            self.phase_label = "ready"
+            self.phase_label = self.READY_LINE_LABEL
             # A server that logged its ready line has no startup phase or shard progress left to show; what
             # follows is its serving log, read on only for a crash.
             self._pending_rules = []

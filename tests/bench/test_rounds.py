@@ -3,12 +3,14 @@ under SLOs; the simulator's per-round jitter."""
 
 from __future__ import annotations
 
+import asyncio
 import statistics
 from pathlib import Path
 
 import pytest
 
 from pytest_sglang.bench import BenchResult, RequestRecord, Spread, combine_rounds, compute_metrics, run_bench
+from pytest_sglang.bench.runner import _run_coroutine
 from pytest_sglang.errors import BenchmarkError
 from pytest_sglang.sim.config import KnobError, load_knobs
 
@@ -95,3 +97,16 @@ def test_jitter_knob_is_a_fraction() -> None:
     for bad in ("1.0", "-0.1", '"x"'):
         with pytest.raises(KnobError, match="jitter"):
             load_knobs(f'{{"jitter": {bad}}}')
+
+
+def test_an_error_inside_the_benchmark_loop_is_not_chained_to_a_missing_event_loop() -> None:
+    async def failing() -> None:
+        raise BenchmarkError("the round broke")
+
+    async def inside_a_loop() -> None:  # pytest-asyncio's case: the benchmark runs in a thread of its own
+        _run_coroutine(failing)
+
+    for run in (lambda: _run_coroutine(failing), lambda: asyncio.run(inside_a_loop())):
+        with pytest.raises(BenchmarkError, match="the round broke") as caught:
+            run()
+        assert caught.value.__context__ is None, repr(caught.value.__context__)

@@ -169,6 +169,13 @@ def test_rounds_sweeps_and_gates_through_pytest(pytester: pytest.Pytester, monke
     def run(*args: str) -> pytest.RunResult:
         return pytester.runpytest_subprocess("-p", "no:cacheprovider", "--sglang-sim", *args, timeout=120)
 
+    unrecorded = run("--sglang-profile=p", "--sglang-report=first.json")
+    unrecorded.assert_outcomes(passed=2)
+    notes = [line for line in unrecorded.outlines if line.startswith("note: no baseline")]
+    assert notes == ["note: no baseline for 4 checks of p on test-machine in "
+                     f"{pytester.path / '.sglang-baselines.json'} (test_gate, test_curve @c=1, test_curve @c=2, "
+                     "test_curve @c=4); run with --sglang-update-baseline to record them"], unrecorded.outlines
+    assert "baseline</text>" not in (pytester.path / "first.html").read_text(), "no baseline: no line to explain"
     run("--sglang-profile=p", "--sglang-update-baseline").assert_outcomes(passed=2)
     data = json.loads((pytester.path / ".sglang-baselines.json").read_text())
     tests = data["baselines"]["p"]
@@ -187,7 +194,8 @@ def test_rounds_sweeps_and_gates_through_pytest(pytester: pytest.Pytester, monke
     assert bench["gate"] == "passed" and bench["result"]["num_rounds"] == 3
     assert bench["baseline"]["output_throughput"]["method"] == "mann-whitney"
     assert data["profiles"]["p"]["sweeps"][0]["param"] == "concurrency"
-    assert "<polyline" in report.with_suffix(".html").read_text()
+    page = report.with_suffix(".html").read_text()
+    assert "<polyline" in page and "output throughput (tok/s); dashed line: the stored baseline</text>" in page
     junit = (pytester.path / "junit.xml").read_text()
     assert 'name="sglang_gate" value="passed"' in junit and 'name="sglang_rounds" value="3"' in junit
     assert 'name="sglang_gate" value="not-judged"' in junit  # the tests whose server could not start

@@ -5,17 +5,14 @@ from __future__ import annotations
 import signal
 import time
 from collections.abc import Callable
-from pathlib import Path
 
-import pytest
 import requests
+from helpers import SAMPLES
 from simtools import Sim, free_port
 
 Launch = Callable[..., Sim]
-LOGS = Path("/work/shared/samples/logs")
+LOGS = SAMPLES
 REPLAY = "pytest_sglang.sim.replay"
-
-pytestmark = pytest.mark.skipif(not LOGS.is_dir(), reason="sample logs not present")
 
 
 def test_replay_exit_code_and_exact_bytes(launch: Launch) -> None:

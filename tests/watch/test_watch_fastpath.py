@@ -9,6 +9,7 @@ import random
 from pathlib import Path
 
 import pytest
+from helpers import SAMPLES
 
 from pytest_sglang.kinds import GENERIC, SGLANG, VLLM, Kind
 from pytest_sglang.watch import LogTail, LogWatcher, RootCauseExtractor, clean_line
@@ -20,9 +21,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 def _sample_logs() -> list[Path]:
     logs = sorted((REPO / "tests" / "integration" / "logs").glob("*.log"))
-    shared = REPO.parent / "shared" / "samples" / "logs"
-    if shared.is_dir():
-        logs += sorted(shared.glob("*.log"))
+    logs += sorted(SAMPLES.glob("*.log"))
     return logs
 
 

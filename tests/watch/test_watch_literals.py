@@ -10,6 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from helpers import SAMPLES
 
 from pytest_sglang.kinds import KINDS, LinePattern, PhaseRule
 from pytest_sglang.watch import RootCauseExtractor, shapes
@@ -23,9 +24,7 @@ REPO = Path(__file__).resolve().parents[2]
 def _corpus() -> list[str]:
     """Lines of every real log we have, and of the tests' own sources (the log lines they quote)."""
     paths = sorted((REPO / "tests" / "integration" / "logs").glob("*.log"))
-    shared = REPO.parent / "shared" / "samples" / "logs"
-    if shared.is_dir():
-        paths += sorted(shared.glob("*.log"))
+    paths += sorted(SAMPLES.glob("*.log"))
     paths += sorted((REPO / "tests").rglob("*.py"))
     lines: set[str] = set()
     for path in paths:

@@ -1,37 +1,20 @@
-"""Every real log in shared/samples/logs through the watcher: the sidecar says what must come out."""
+"""Every real log in tests/samples/logs through the watcher: the sidecar says what must come out."""
 
 from __future__ import annotations
 
 import json
-import os
 import random
 import re
 from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import SAMPLES
 
 from pytest_sglang.kinds import SGLANG, VLLM, Kind
 from pytest_sglang.watch import LogTail, LogWatcher, extract_root_causes
 
-
-def _samples_dir() -> Path | None:
-    repo_root = Path(__file__).resolve().parents[2]
-    for candidate in (repo_root.parent / "shared" / "samples" / "logs", repo_root / "shared" / "samples" / "logs"):
-        if candidate.is_dir():
-            return candidate
-    env = os.environ.get("PYTEST_SGLANG_SAMPLES")
-    if env:
-        path = Path(env)
-        if (path / "logs").is_dir():
-            path = path / "logs"
-        if path.is_dir():
-            return path
-    return None
-
-
-SAMPLES = _samples_dir()
-SIDECARS = sorted(SAMPLES.glob("*.json")) if SAMPLES else []
+SIDECARS = sorted(SAMPLES.glob("*.json"))
 
 # The headline must be the exception or argparse error line itself.
 _EXCEPTION_HEADLINE = re.compile(r"^(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?::\s.*)?$")
@@ -67,9 +50,6 @@ def _replay(log: Path, kind: Kind, tmp_path: Path, *, seed: int) -> tuple[LogWat
             watcher.poll(now)
     watcher.poll(now + 0.25, final=True)
     return watcher, tail
-
-
-pytestmark = pytest.mark.skipif(not SIDECARS, reason="shared/samples/logs not found (set PYTEST_SGLANG_SAMPLES)")
 
 
 @pytest.mark.parametrize("sidecar", SIDECARS, ids=[p.stem for p in SIDECARS])
@@ -112,7 +92,7 @@ def test_sample(sidecar: Path, tmp_path: Path) -> None:
         order = [watcher.phases[name] for name in ("load_weights", "kv_cache", "http_up")]
         assert order == sorted(order)
         assert watcher.phases["http_up"] <= watcher.ready_at - watcher.started_at
-        assert watcher.status(watcher.ready_at) == "ready"
+        assert watcher.status(watcher.ready_at) == LogWatcher.READY_LINE_LABEL
     elif outcome == "hang":
         assert causes == []
         assert watcher.ready_at is None

@@ -37,7 +37,7 @@ def test_phases_progress_status_and_ready() -> None:
         "http_up": 50.0, "warmup": 51.0,  # "ready" is the readiness loop's, not the watcher's
     }
     assert w.failing_since is None
-    assert w.status(T0 + 60) == "ready"
+    assert w.status(T0 + 60) == "ready line logged"
 
 
 def test_after_the_ready_line_only_a_crash_is_looked_for(tmp_path: Path) -> None:
@@ -211,3 +211,24 @@ def test_reversed_chain() -> None:
         causes = extract_root_causes(lines)
         assert len(causes) == 1
         assert causes[0].splitlines()[:2] == ["ValueError: bad k", "caused by: KeyError: 'k'"]
+
+
+def test_the_probes_own_access_lines_are_not_progress(tmp_path: Path) -> None:
+    log = tmp_path / "server.log"
+    w = LogWatcher(SGLANG, started_at=T0, tail=LogTail(log))
+    w.ignore_requests(["/health_generate", "health"])
+    probe = b'[2025-03-08 12:29:13] INFO:     127.0.0.1:5544 - "GET /health HTTP/1.1" 404 Not Found\n'
+    other = b'[2025-03-08 12:29:13] INFO:     127.0.0.1:5544 - "GET /v1/models HTTP/1.1" 200 OK\n'
+    with open(log, "ab") as f:
+        for at, chunk in [(T0 + 1, b"[2025-03-08 12:29:13 TP0] Load weight begin.\n"), (T0 + 2, probe * 3),
+                          (T0 + 3, probe.replace(b"/health", b"/health_generate?x=1")), (T0 + 4, other),
+                          (T0 + 5, probe + b"[2025-03-08 12:29:14 TP0] KV Cache is allocated.\n")]:
+            f.write(chunk)
+            f.flush()
+            w.poll(at)
+            assert w.last_line_at == {T0 + 2: T0 + 1, T0 + 3: T0 + 1}.get(at, at), at
+        w.ignore_requests(())
+        f.write(probe)
+        f.flush()
+        w.poll(T0 + 6)
+    assert w.last_line_at == T0 + 6

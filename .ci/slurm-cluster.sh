@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# A real two-node SLURM cluster on this one host, for tests/slurm/: slurmctld plus two slurmd (node1, node2),
+# each slurmd in its own UTS namespace so that its hostname matches its NodeName. Stock Debian packages, no munge
+# (auth/none). Idempotent: `start` on a running cluster only checks it; `stop` on a stopped one does nothing.
+# Everything lives under $SLURM_TEST_DIR (default /tmp/pytest-sglang-slurm); tests find slurm.conf there.
+#   .ci/slurm-cluster.sh install|start|stop|status
+set -euo pipefail
+DIR=${SLURM_TEST_DIR:-/tmp/pytest-sglang-slurm}
+CONF=$DIR/slurm.conf
+export SLURM_CONF=$CONF
+say() { echo "[slurm-cluster] $*"; }
+as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo -n "$@"; fi; }
+
+install() {
+  if command -v slurmctld >/dev/null && command -v slurmd >/dev/null && command -v srun >/dev/null; then
+    return 0
+  fi
+  # Not slurm-wlm-emulator: in bookworm it is a front-end build that cannot run, and it takes over slurmd.
+  as_root apt-get update -q && as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
+    slurmctld slurmd slurm-client
+}
+
+write_conf() {
+  mkdir -p "$DIR/state" "$DIR/spool"
+  for i in 0 1; do [ -c "$DIR/fakegpu$i" ] || mknod "$DIR/fakegpu$i" c 1 3; done  # GRES files: char devices
+  cat > "$CONF" <<CONF
+ClusterName=pytestsglang
+SlurmctldHost=localhost
+SlurmUser=root
+AuthType=auth/none
+CredType=cred/none
+SlurmctldPort=6817
+StateSaveLocation=$DIR/state
+SlurmdSpoolDir=$DIR/spool/%n
+SlurmctldPidFile=$DIR/slurmctld.pid
+SlurmdPidFile=$DIR/slurmd-%n.pid
+SlurmctldLogFile=$DIR/slurmctld.log
+SlurmdLogFile=$DIR/slurmd-%n.log
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+SlurmdParameters=config_overrides
+ReturnToService=2
+MpiDefault=none
+KillWait=5
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+NodeName=node[1-2] NodeAddr=127.0.0.1 Port=[17001-17002] CPUs=1 RealMemory=1000 Gres=gpu:2 State=UNKNOWN
+PartitionName=debug Nodes=node[1-2] Default=YES MaxTime=INFINITE State=UP
+CONF
+  cat > "$DIR/gres.conf" <<CONF
+GresTypes=gpu
+AutoDetect=off
+NodeName=node[1-2] Name=gpu File=$DIR/fakegpu[0-1]
+CONF
+}
+
+alive() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
+
+idle() { [ "$(sinfo -h -N -o '%t' 2>/dev/null | grep -c '^idle')" = 2 ]; }
+
+start() {
+  install || { say "cannot install slurmctld/slurmd/slurm-client: tests/slurm/ will skip"; return 1; }
+  write_conf
+  alive "$DIR/slurmctld.pid" || slurmctld -f "$CONF"
+  for n in node1 node2; do
+    alive "$DIR/slurmd-$n.pid" || unshare --uts sh -c "hostname $n; exec slurmd -f '$CONF'"
+  done
+  for _ in $(seq 60); do
+    if idle; then say "up: $(sinfo -h -N -o '%N %t' | tr '\n' ' ')"; return 0; fi
+    # a node left down/drained by an earlier session comes back on request
+    scontrol update nodename=node[1-2] state=resume >/dev/null 2>&1 || true
+    sleep 0.5
+  done
+  say "the nodes did not come up idle within 30 s: $(sinfo -N 2>&1 | tr '\n' ' '); see $DIR/*.log"
+  return 1
+}
+
+stop() {
+  scancel --user=root 2>/dev/null || true
+  for f in "$DIR"/slurmd-node1.pid "$DIR"/slurmd-node2.pid "$DIR"/slurmctld.pid; do
+    if alive "$f"; then kill "$(cat "$f")"; fi
+  done
+  for f in "$DIR"/slurmd-node1.pid "$DIR"/slurmd-node2.pid "$DIR"/slurmctld.pid; do
+    for _ in $(seq 50); do alive "$f" || break; sleep 0.1; done
+  done
+  say "stopped"
+}
+
+case "${1:-}" in
+  install) install ;;
+  start) start ;;
+  stop) stop ;;
+  status) sinfo -N ;;
+  *) echo "usage: $0 install|start|stop|status" >&2; exit 2 ;;
+esac
