@@ -10,14 +10,14 @@ from __future__ import annotations
 import os
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_sglang.server.record import StartupRecord
-from pytest_sglang.server.shared import SharedServers
-from pytest_sglang.session import SessionLedger
-from pytest_sglang.settings import Settings
+if TYPE_CHECKING:
+    from pytest_sglang.server.shared import SharedServers
+    from pytest_sglang.session import SessionLedger
+    from pytest_sglang.settings import Settings
 
 WORKER_INPUT = "sglang_shared"
 WORKER_SIM_RUN = "sglang_sim_run"  # the controller's SimRun (sim/drift.py): one drift for every worker's servers
@@ -29,6 +29,8 @@ def worker_servers(config: pytest.Config) -> SharedServers | None:
     given = getattr(config, "workerinput", {}).get(WORKER_INPUT)
     if not given:
         return None
+    from pytest_sglang.server.shared import SharedServers
+
     return SharedServers(Path(given["folder"]), controller_pid=int(given["controller_pid"]),
                          concurrent_profiles=bool(given["concurrent_profiles"]))
 
@@ -58,6 +60,8 @@ class ControllerRun:
         if self.servers is None:
             base = Path(tempfile.gettempdir()) / f"pytest-sglang-{os.getuid()}"
             base.mkdir(parents=True, exist_ok=True, mode=0o700)
+            from pytest_sglang.server.shared import SharedServers
+
             self.servers = SharedServers.create(base, concurrent_profiles=self.settings.concurrent_profiles)
         return {"folder": str(self.servers.folder), "controller_pid": self.servers.controller_pid,
                 "concurrent_profiles": self.servers.concurrent_profiles}
@@ -66,6 +70,8 @@ class ControllerRun:
         sent = output.get(WORKER_OUTPUT)
         if not sent:
             return
+        from pytest_sglang.server.record import StartupRecord
+
         for data in sent["startups"]:
             record = StartupRecord.from_json(data)
             known = ledger.startups.get(record.profile)

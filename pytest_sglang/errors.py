@@ -69,6 +69,10 @@ class ProfileError(PluginError):
     """A profile is unknown, malformed, or names a bad key or value."""
 
 
+class EnvKnobError(PluginError):
+    """A PYTEST_SGLANG_* environment variable holds a value the plugin cannot use."""
+
+
 class CpuAffinityError(ProfileError):
     """A profile's ``cpus`` cannot be applied on this machine (a CPU it does not have, or no affinity here)."""
 

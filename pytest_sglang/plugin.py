@@ -6,6 +6,7 @@ session ledger that the summary and the report read.
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from collections.abc import Generator
@@ -13,19 +14,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
-import requests
 
 from pytest_sglang import distributed
-from pytest_sglang.config.profiles import ProfileSet, load_profiles
 from pytest_sglang.errors import PluginError, ServerDiedError
 from pytest_sglang.measure import Measurements
 from pytest_sglang.nodes import fail_with
 from pytest_sglang.session import SessionLedger
-from pytest_sglang.settings import Settings, add_options
-from pytest_sglang.sim.drift import SimRun
+from pytest_sglang.settings import Settings, add_options, sim_without_profile
 
 if TYPE_CHECKING:
-    from pytest_sglang.config import Profile
+    from pytest_sglang.config.profiles import Profile, ProfileSet
     from pytest_sglang.launch.plan import LaunchPlan
     from pytest_sglang.server import ServerHandle, StartupRecord
 
@@ -78,15 +76,23 @@ class SGLangPlugin:
         self.shared = distributed.worker_servers(config)  # under pytest-xdist: the run's shared servers
         self.measure = Measurements(self.settings, self.ledger, self.shared)
         self.run = distributed.ControllerRun(self.settings)  # the xdist controller's side (inert elsewhere)
-        self.sim_run = distributed.worker_sim_run(config) or SimRun.draw().to_env()  # one drift per pytest run
         from pytest_sglang.server.pool import ServerPool
 
         self.pool = ServerPool(self.open_server)  # the servers A/B tests need alive at once
+
+    @functools.cached_property
+    def sim_run(self) -> str:
+        """One drift for every simulator of this pytest run (drawn on first use; the xdist controller's)."""
+        from pytest_sglang.sim.drift import SimRun
+
+        return distributed.worker_sim_run(self.config) or SimRun.draw().to_env()
 
     # Profiles and parametrization.
 
     def profiles(self) -> ProfileSet:
         if self._profiles is None:
+            from pytest_sglang.config.profiles import load_profiles
+
             self._profiles = load_profiles(self.settings.rootdir, self.settings.config_path)
         return self._profiles
 
@@ -100,11 +106,13 @@ class SGLangPlugin:
         problem = self.settings.usage_problem()
         if problem:
             raise pytest.UsageError(problem)
-        if self.settings.profiles:
-            try:
+        try:
+            if self.settings.profiles:
                 self.profiles().select(list(self.settings.profiles))
-            except PluginError as exc:
-                raise pytest.UsageError(str(exc)) from None
+            elif self.settings.sim and not self.settings.url:
+                raise pytest.UsageError(sim_without_profile(sorted(self.profiles().profiles)))
+        except PluginError as exc:
+            raise pytest.UsageError(str(exc)) from None
 
     def pytest_generate_tests(self, metafunc: pytest.Metafunc) -> None:
         params = self.params()
@@ -202,6 +210,8 @@ class SGLangPlugin:
             self._note_death(server, exc)
             fail_with(exc)
         except Exception as exc:
+            import requests
+
             # A request that broke mid-test (a reset socket, vLLM's 500 as its engine dies) is usually the crash
             # itself: report the crash, not the symptom. Other failures pass through untouched.
             broken_request = isinstance(exc, (requests.ConnectionError, requests.exceptions.ChunkedEncodingError,
@@ -251,8 +261,6 @@ class SGLangPlugin:
     # Summary and reports.
 
     def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
-        from pytest_sglang.report import terminal_lines
-
         if self.ledger.startups:
             terminalreporter.section("sglang servers")
             for record in self.ledger.startups.values():
@@ -260,6 +268,8 @@ class SGLangPlugin:
             for kept in self.ledger.kept:
                 terminalreporter.write_line(f"kept: {kept}; stop it with `pytest --sglang-stop`")
         if self._has_benches() or self.ledger.startup_checks:
+            from pytest_sglang.report import terminal_lines
+
             terminalreporter.section("sglang benchmarks")
             for line in terminal_lines(self.report()):
                 terminalreporter.write_line(line)
@@ -286,8 +296,6 @@ class SGLangPlugin:
         self.run.gather(getattr(node, "workeroutput", {}), self.ledger)
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
-        from pytest_sglang.report import append_step_summary, write_html, write_json
-
         self.pool.release()
         if self.shared is not None:
             distributed.send_to_controller(self.config, self.ledger, self.report())
@@ -296,6 +304,8 @@ class SGLangPlugin:
         path = self.settings.report_path
         if self.shared is not None or not (path or (self._has_benches() and os.environ.get("GITHUB_STEP_SUMMARY"))):
             return  # an xdist worker's figures are written by the controller, with every other worker's
+        from pytest_sglang.report import append_step_summary, write_html, write_json
+
         report = self.report()
         if path:
             json_path = write_json(path, report)

@@ -10,13 +10,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from pytest_sglang.errors import ProfileComparisonError, ResultNotFoundError
-from pytest_sglang.server.record import StartupRecord
 
 if TYPE_CHECKING:
     from pytest_sglang.baseline import Comparison
     from pytest_sglang.bench import BenchResult
     from pytest_sglang.bench.ab import ABResult
     from pytest_sglang.bench.outputs import OutputSet
+    from pytest_sglang.server.record import StartupRecord
 
 
 @dataclass

@@ -1,4 +1,5 @@
-"""The command-line options, their help texts (defined once, here) and the one Settings object read from them."""
+"""The command-line options, the ini options beside some of them (one help text each, defined once, here) and
+the one Settings object read from them: the command line wins over [tool.pytest.ini_options]."""
 
 from __future__ import annotations
 
@@ -7,6 +8,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+# Options a project may also set in its ini file (e.g. [tool.pytest.ini_options] sglang_profile = "base"); each
+# ini name is the option's dest. Path values in the ini file are relative to that file.
+INI_OPTIONS = ("sglang_profile", "sglang_baseline", "sglang_report", "sglang_log_dir", "sglang_max_cv",
+               "sglang_confidence")
+INI_PATHS = ("sglang_baseline", "sglang_report", "sglang_log_dir")
 
 OPTIONS: tuple[tuple[str, dict[str, Any]], ...] = (
     ("--sglang-profile", dict(
@@ -80,6 +87,31 @@ def add_options(parser: pytest.Parser) -> None:
     group = parser.getgroup("sglang", "LLM inference servers (pytest-sglang)")
     for name, kwargs in OPTIONS:
         group.addoption(name, **kwargs)
+        dest = name.lstrip("-").replace("-", "_")
+        if dest in INI_OPTIONS:
+            parser.addini(dest, help=kwargs["help"].replace("%%", "%"), default="")
+
+
+def _option_or_ini(config: pytest.Config, dest: str) -> Any:
+    """The command line's value; else the ini file's (a path made absolute from the ini file's folder)."""
+    given = config.getoption(dest)
+    if given not in (None, []):
+        return given
+    value = str(config.getini(dest)).strip()
+    if not value:
+        return given
+    if dest in INI_PATHS:
+        return str((config.inipath.parent if config.inipath else config.rootpath) / value)
+    return [value] if dest == "sglang_profile" else value
+
+
+def sim_without_profile(defined: list[str]) -> str:
+    if defined:
+        return ("--sglang-sim runs a profile's server on the simulator, but no --sglang-profile was given: pass "
+                f"--sglang-profile=NAME (defined: {', '.join(defined)}).")
+    return ("--sglang-sim runs a profile's server on the simulator, but no profiles are defined: add "
+            "[tool.pytest_sglang.profiles.NAME] to pyproject.toml in the rootdir (or pass --sglang-config=FILE with "
+            "[profiles.NAME] tables), then pass --sglang-profile=NAME.")
 
 
 @dataclass(frozen=True)
@@ -101,19 +133,21 @@ class Settings:
     baseline_strict: bool
     report_path: str | None
     gate_defaults: dict[str, str]  # --sglang-max-cv, --sglang-confidence: under each check's own
+    empty_profile_option: bool = False  # --sglang-profile was given but names nothing (e.g. an unset CI variable)
 
     @classmethod
     def from_config(cls, config: pytest.Config) -> Settings:
         opt = config.getoption
-        raw = [n.strip() for value in opt("sglang_profile") for n in value.split(",") if n.strip()]
-        config_path, baseline = opt("sglang_config"), opt("sglang_baseline")
+        given = _option_or_ini(config, "sglang_profile")
+        raw = [n.strip() for value in given for n in value.split(",") if n.strip()]
+        config_path, baseline = opt("sglang_config"), _option_or_ini(config, "sglang_baseline")
         return cls(
             rootdir=config.rootpath,
             profiles=tuple(dict.fromkeys(raw)),
             sim=opt("sglang_sim"),
             url=opt("sglang_url"),
             startup_timeout=opt("sglang_startup_timeout"),
-            log_dir_option=opt("sglang_log_dir"),
+            log_dir_option=_option_or_ini(config, "sglang_log_dir"),
             config_path=Path(config_path).resolve() if config_path else None,
             reuse=opt("sglang_reuse"),
             concurrent_profiles=opt("sglang_concurrent_profiles"),
@@ -121,14 +155,30 @@ class Settings:
             baseline_path=Path(baseline).resolve() if baseline else None,
             update_baseline=opt("sglang_update_baseline"),
             baseline_strict=opt("sglang_baseline_strict"),
-            report_path=opt("sglang_report"),
-            gate_defaults={name: value for name, value in (("max_cv", opt("sglang_max_cv")),
-                                                           ("confidence", opt("sglang_confidence")))
+            report_path=_option_or_ini(config, "sglang_report"),
+            gate_defaults={name: value for name, value in (("max_cv", _option_or_ini(config, "sglang_max_cv")),
+                                                           ("confidence", _option_or_ini(config, "sglang_confidence")))
                            if value is not None},
+            empty_profile_option=bool(given) and not raw,
         )
 
     def usage_problem(self) -> str | None:
-        """A combination of options that cannot work, said as what to do instead."""
+        """An option, or a combination of options, that cannot work, said as what to do instead."""
+        if self.empty_profile_option:
+            return ("--sglang-profile was given but names no profile (an unset CI variable, e.g. "
+                    "--sglang-profile=$PROFILE?): every server test would be skipped and the run pass having tested "
+                    "nothing. Pass --sglang-profile=NAME, or leave the option out.")
+        if self.startup_timeout is not None and not 0 < self.startup_timeout < float("inf"):
+            return (f"--sglang-startup-timeout={self.startup_timeout:g} is not a number of seconds above 0: pass "
+                    "e.g. --sglang-startup-timeout=600, or leave it out for each profile's startup_timeout.")
+        if self.url:
+            from pytest_sglang.errors import ProfileError
+            from pytest_sglang.server.url import server_root
+
+            try:
+                server_root(self.url)
+            except ProfileError as exc:
+                return str(exc)
         if self.url and len(self.profiles) > 1:
             return (f"--sglang-url names one running server, but {len(self.profiles)} profiles were selected "
                     f"({', '.join(self.profiles)}): every test would run once per profile against that same "
@@ -146,6 +196,13 @@ class Settings:
         if self.distributed and self.reuse:
             return ("--sglang-reuse does not work with pytest-xdist yet: under -n the controller stops the shared "
                     "servers at the end. Drop one of them (a shared server already launches once per run).")
+        from pytest_sglang.envknobs import env_knobs
+        from pytest_sglang.errors import EnvKnobError
+
+        try:
+            env_knobs()
+        except EnvKnobError as exc:
+            return str(exc)
         return None
 
     def make_log_dir(self) -> Path:

@@ -40,8 +40,9 @@ from pytest_sglang.baseline.engine import (
     metric_samples,
     metric_value,
 )
-from pytest_sglang.baseline.machine import MACHINE_ENV, Machine, detect_machine, git_commit
+from pytest_sglang.baseline.machine import Machine, detect_machine, git_commit
 from pytest_sglang.baseline.store import DEFAULT_FILENAME, FORMAT, VERSION, BaselineStore, Entry, validate
+from pytest_sglang.envknobs import MACHINE_ENV
 
 __all__ = [
     "DEFAULT_CONFIDENCE",

@@ -17,7 +17,7 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-MACHINE_ENV = "PYTEST_SGLANG_MACHINE"  # overrides the detected machine name (e.g. a CI runner label)
+from pytest_sglang.envknobs import env_knobs
 
 
 @dataclass(frozen=True)
@@ -87,8 +87,7 @@ def name_machine(names: list[str], driver: str | None, *, cpu: str, cores: int, 
         name = " + ".join(f"{n}x {model}" for model, n in sorted(counts.items()))
     else:
         name = f"cpu: {cpu} ({cores} cores)"
-    override = os.environ.get(MACHINE_ENV, "").strip()
-    return Machine(name=override or name, driver=driver, server=server)
+    return Machine(name=env_knobs().machine or name, driver=driver, server=server)
 
 
 def git_commit(cwd: str | Path | None = None) -> str | None:

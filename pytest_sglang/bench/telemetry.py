@@ -38,7 +38,8 @@ import psutil
 
 from pytest_sglang.bench.client import Client
 from pytest_sglang.bench.server_metrics import scrape
-from pytest_sglang.launch.gpus import QUERY_ENV, SMI_TIMEOUT_SECONDS, GpuReader, GpuReading, gpu_processes
+from pytest_sglang.envknobs import GPU_QUERY_ENV, env_knobs
+from pytest_sglang.launch.gpus import SMI_TIMEOUT_SECONDS, GpuReader, GpuReading, gpu_processes
 
 GPU_INTERVAL_S = 0.1
 SERVER_INTERVAL_S = 1 / 3
@@ -192,9 +193,9 @@ class Telemetry:
     def _start_gpus(self, pid: int | None) -> None:
         self._reader = GpuReader()
         if self._reader.source is None:
-            self.gpu_unmeasured = ("no GPU to ask: " + (f"{QUERY_ENV}=off" if os.environ.get(QUERY_ENV, "").strip()
-                                   .lower() == "off" else "no NVML (pip install 'pytest-sglang[gpu]') and no "
-                                   "nvidia-smi on PATH"))
+            self.gpu_unmeasured = ("no GPU to ask: " + (f"{GPU_QUERY_ENV}=off" if env_knobs().gpu_query == "off"
+                                                        else "no NVML (pip install 'pytest-sglang[gpu]') and no "
+                                                        "nvidia-smi on PATH"))
             return
         self.gpus, self.gpus_from = server_gpus(pid)
         if self._reader.read(self.gpus) is None:

@@ -16,14 +16,14 @@ of which match the server's, and the check passes at once (it never waits for no
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-QUERY_ENV = "PYTEST_SGLANG_GPU_QUERY"
+from pytest_sglang.envknobs import env_knobs
+
 SMI_TIMEOUT_SECONDS = 10.0
 
 
@@ -61,16 +61,12 @@ class GpuReading:
 SMI_READING_FIELDS = ("utilization.gpu", "memory.used", "power.draw", "clocks.sm", "temperature.gpu")
 
 
-def _choice() -> str:
-    return os.environ.get(QUERY_ENV, "").strip().lower()
-
-
 def gpu_processes() -> list[GpuUse] | None:
     """Every compute process on every GPU; None where no GPU can be asked."""
-    choice = _choice()
+    choice = env_knobs().gpu_query
     if choice == "off":
         return None
-    if choice in ("", "nvml"):
+    if choice in (None, "nvml"):
         found = _nvml()
         if found is not None or choice == "nvml":
             return found
@@ -85,10 +81,10 @@ class GpuReader:
         self.source: str | None = None
         self._nvml: Any = None
         self._smi: str | None = None
-        choice = _choice()
+        choice = env_knobs().gpu_query
         if choice == "off":
             return
-        if choice in ("", "nvml"):
+        if choice in (None, "nvml"):
             self._nvml = _nvml_session()
             if self._nvml is not None:
                 self.source = "nvml"

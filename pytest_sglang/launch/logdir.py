@@ -23,17 +23,17 @@ import time
 from pathlib import Path
 from typing import BinaryIO
 
+from pytest_sglang.envknobs import STATE_DIR_ENV, env_knobs
 from pytest_sglang.errors import PluginError
 from pytest_sglang.launch.members import pid_alive
 
-STATE_DIR_ENV = "PYTEST_SGLANG_STATE_DIR"
 KEEP_LOG_DIRS = 10
 _RUN_DIR = re.compile(r"^\d{8}-\d{6}-(\d+)$")
 
 
 def state_dir() -> Path:
     """This user's private folder for the plugin's state: kept servers, xdist runs, auto-created logs."""
-    return Path(os.environ.get(STATE_DIR_ENV) or Path(tempfile.gettempdir()) / f"pytest-sglang-{os.getuid()}")
+    return env_knobs().state_dir or Path(tempfile.gettempdir()) / f"pytest-sglang-{os.getuid()}"
 
 
 def private_dir(path: Path, *, ours: bool = False) -> Path:

@@ -16,7 +16,6 @@ variable PYTEST_SGLANG_RELEASE_TIMEOUT overrides it.
 from __future__ import annotations
 
 import contextlib
-import os
 import time
 import warnings
 from collections.abc import Callable, Iterable, Mapping
@@ -24,6 +23,7 @@ from typing import Protocol
 
 import psutil
 
+from pytest_sglang.envknobs import RELEASE_TIMEOUT_ENV, env_knobs
 from pytest_sglang.errors import PortInUseError, ResourcesHeldWarning
 from pytest_sglang.launch.gpus import gpu_processes
 from pytest_sglang.launch.members import TreeMembers, pid_alive
@@ -31,7 +31,6 @@ from pytest_sglang.launch.ports import listeners, port_is_open
 from pytest_sglang.launch.process import OWNER_ENV, kill_tree, owned_processes
 
 RELEASE_TIMEOUT_SECONDS = 120.0
-RELEASE_TIMEOUT_ENV = "PYTEST_SGLANG_RELEASE_TIMEOUT"
 POLL_SECONDS = 0.5
 NOTE_AFTER_SECONDS = 3.0  # a wait longer than this is said on the status line
 REAPER_MODULE = "pytest_sglang.launch.reaper"
@@ -41,10 +40,7 @@ _stopped: set[int] = set()  # pids of trees this process has torn down
 
 
 def release_timeout() -> float:
-    try:
-        return float(os.environ.get(RELEASE_TIMEOUT_ENV) or RELEASE_TIMEOUT_SECONDS)
-    except ValueError:
-        return RELEASE_TIMEOUT_SECONDS
+    return env_knobs().release_timeout or RELEASE_TIMEOUT_SECONDS
 
 
 class _Tree(Protocol):

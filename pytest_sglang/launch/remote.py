@@ -50,7 +50,6 @@ SSH_DEFAULTS = ("-T", "-o", "BatchMode=yes", "-o", "ConnectTimeout=15", "-o", "S
 BOOTSTRAP = "import json,sys;exec(json.loads(sys.stdin.buffer.readline()))"  # no quote, $ or \ in it
 AGENT = Path(__file__).with_name("remote_agent.py")
 HEARTBEAT_SECONDS = 2.0
-HEARTBEAT_TIMEOUT_ENV = "PYTEST_SGLANG_SSH_HEARTBEAT_TIMEOUT"  # seconds of silence before the host tears down
 HEARTBEAT_TIMEOUT = 30.0
 HANDSHAKE_SECONDS = 60.0  # connect (ConnectTimeout 15 s), log in, start python, spawn the server
 DRAIN_SECONDS = 5.0  # after the server's exit, how long the log stream may take to deliver its last bytes

@@ -9,11 +9,29 @@
     shared.py   SharedServers: one launch for every pytest-xdist worker of a run
     remote.py   a server on an ssh host;  slurm.py  a server across SLURM nodes
     pool.py     ServerPool: the servers an A/B test needs alive at once
+
+The names load on first use: the plugin is imported by every pytest run where it is installed, and these
+modules (with the watcher, the launcher, requests and psutil) only a run that uses a server needs.
 """
 
-from pytest_sglang.server.handle import ServerHandle
-from pytest_sglang.server.origins import attach_server, launch_server
-from pytest_sglang.server.record import StartupRecord
-from pytest_sglang.server.reuse import KeptServers
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pytest_sglang.server.handle import ServerHandle
+    from pytest_sglang.server.origins import attach_server, launch_server
+    from pytest_sglang.server.record import StartupRecord
+    from pytest_sglang.server.reuse import KeptServers
+
+_HOMES = {"ServerHandle": "handle", "attach_server": "origins", "launch_server": "origins",
+          "StartupRecord": "record", "KeptServers": "reuse"}
 
 __all__ = ["KeptServers", "ServerHandle", "StartupRecord", "attach_server", "launch_server"]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _HOMES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{_HOMES[name]}"), name)

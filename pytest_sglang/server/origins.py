@@ -8,17 +8,9 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from urllib.parse import urlsplit
 
 from pytest_sglang.config import KINDS, SGLANG, Profile
-from pytest_sglang.errors import (
-    CpuAffinityError,
-    Diagnosis,
-    ProfileError,
-    ServerStartupError,
-    auth_headers,
-    register_secret,
-)
+from pytest_sglang.errors import CpuAffinityError, Diagnosis, ServerStartupError, auth_headers, register_secret
 from pytest_sglang.launch.plan import LaunchPlan, Readiness
 from pytest_sglang.launch.ports import check_port_free
 from pytest_sglang.launch.process import ProcessTree, ServerProcess
@@ -32,6 +24,7 @@ from pytest_sglang.server.handle import (
 )
 from pytest_sglang.server.ready import Probe, RecordCallback, StatusCallback, Wait, health_probe, ignore, wait_for
 from pytest_sglang.server.record import StartupRecord
+from pytest_sglang.server.url import server_root
 from pytest_sglang.watch import LogTail, LogWatcher
 
 ATTACH_TIMEOUT_SECONDS = 10.0
@@ -132,20 +125,12 @@ def attach_server(url: str, *, profile: str, kind: str = "sglang", readiness: Re
                   timeout: float = ATTACH_TIMEOUT_SECONDS) -> ServerHandle:
     """A handle on a server that is already running (--sglang-url): nothing is launched or killed.
     ``readiness``: default, that of ``kind``."""
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ProfileError(f"--sglang-url={url!r} is not an http(s) URL such as http://127.0.0.1:30000.")
-    port = parts.port or (443 if parts.scheme == "https" else 80)
-    root = f"{parts.scheme}://{parts.netloc}"
-    if parts.path.strip("/") or parts.query:
-        raise ProfileError(
-            f"--sglang-url={url} has a path ({parts.path}): give the server's root, --sglang-url={root}; the "
-            "plugin adds /v1/completions, /health and the other paths itself.")
+    server = server_root(url)
     register_secret(api_key)
     readiness = readiness or Readiness.attached(KINDS[kind], None)
-    probe = Probe(root, readiness.probe_paths, auth_headers(api_key))
+    probe = Probe(server.root, readiness.probe_paths, auth_headers(api_key))
     template = StartupRecord(profile=profile, kind=kind, origin="attached", outcome="ready",
-                             host=parts.hostname, port=port)
+                             host=server.host, port=server.port)
     wait = Wait(
         template=template, timeout=timeout, started_at=time.monotonic(), probe=probe,
         timeout_headline=lambda: (f"--sglang-url server does not answer GET {probe.path} with 200 at {url} "

@@ -7,12 +7,12 @@ lost connection come over ssh, its teardown runs on the host, and its machine fi
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from pytest_sglang.baseline.machine import Machine, name_machine, parse_gpus
+from pytest_sglang.envknobs import env_knobs
 from pytest_sglang.errors import (
     RemoteDiedError,
     RemoteStartupError,
@@ -20,7 +20,7 @@ from pytest_sglang.errors import (
     ServerError,
 )
 from pytest_sglang.launch.plan import LaunchPlan
-from pytest_sglang.launch.remote import HEARTBEAT_TIMEOUT, HEARTBEAT_TIMEOUT_ENV, RemoteServer, plan_remote, run_agent
+from pytest_sglang.launch.remote import HEARTBEAT_TIMEOUT, RemoteServer, plan_remote, run_agent
 from pytest_sglang.server.handle import FAILURE_GRACE_SECONDS, LaunchedLiveness, ServerHandle
 from pytest_sglang.server.origins import startup_wait
 from pytest_sglang.server.ready import RecordCallback, StatusCallback, health_probe, ignore, wait_for
@@ -38,7 +38,7 @@ def launch_remote_server(plan: LaunchPlan, *, on_status: StatusCallback = ignore
     profile = plan.profile
     plan.register_secrets()
     rplan = plan_remote(plan)
-    remote = RemoteServer(rplan, heartbeat_timeout=float(os.environ.get(HEARTBEAT_TIMEOUT_ENV) or HEARTBEAT_TIMEOUT))
+    remote = RemoteServer(rplan, heartbeat_timeout=env_knobs().ssh_heartbeat_timeout or HEARTBEAT_TIMEOUT)
     remote.start()
     via = f"through ssh -L {rplan.forward}" if rplan.forward else "directly"
     on_status(f"[sglang {profile.name}] started on {remote.host} (pid {remote.pid} there), reached {via}: log "

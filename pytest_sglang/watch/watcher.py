@@ -186,7 +186,7 @@ class LogWatcher:
         for rule in self._pending_rules:
             literals += rule.literals
             declared = declared and bool(rule.literals)
-        if self.kind.progress_pattern is not None:
+        if self.kind.progress_pattern is not None and self.ready_at is None:
             literals += self.kind.progress_literals
             declared = declared and bool(self.kind.progress_literals)
         if not declared:
@@ -293,6 +293,9 @@ class LogWatcher:
         if self._ready_re is not None and self.ready_at is None and self._ready_re.search(line):
             self.ready_at = now  # phases["ready"] is the readiness loop's to write: the line is not the last step
             self.phase_label = self.READY_LINE_LABEL
+            # A server that logged its ready line has no startup phase or shard progress left to show; what
+            # follows is its serving log, read on only for a crash.
+            self._pending_rules = []
             self._rules, self._every = self._literal_sets()
         if self._pending_rules:
             matched = False
@@ -305,7 +308,7 @@ class LogWatcher:
             if matched:
                 self._pending_rules = [r for r in self._pending_rules if r.name not in self.phases]
                 self._rules, self._every = self._literal_sets()
-        if self.kind.progress_pattern is not None and "%" in line:
+        if self.kind.progress_pattern is not None and self.ready_at is None and "%" in line:
             self._progress(line)
 
     def _progress(self, line: str) -> None:

@@ -11,9 +11,9 @@ TESTS = '''
 import pytest
 
 def test_throughput(sglang_server, sglang_bench, sglang_baseline):
-    r = sglang_bench(num_requests=8, concurrency=8, input_len=16, output_len=40, warmup=1)
+    r = sglang_bench(num_requests=8, concurrency=8, input_len=16, output_len=20, warmup=1, rounds=3)
     assert r.completed == 8
-    sglang_baseline.check(r, output_throughput="5%", median_ttft_ms="50%")
+    sglang_baseline.check(r, output_throughput="15%", median_ttft_ms="200%")
 
 def test_startup(sglang_server, sglang_baseline):
     sglang_baseline.check(sglang_server, startup_seconds="900%")
@@ -27,9 +27,9 @@ def test_eagle3_beats_base(sglang_results):
 def setup(pytester: pytest.Pytester, base_tok_s: float = 50.0) -> None:
     pytester.makefile(".toml", pyproject=(
         '[tool.pytest_sglang.profiles.base]\nmodel = "sim-model"\n'
-        f"sim = {{ startup_seconds = 0.3, decode_tok_s = {base_tok_s}, ttft_ms = 10 }}\n"
+        f"sim = {{ startup_seconds = 0.3, decode_tok_s = {base_tok_s}, ttft_ms = 50 }}\n"
         '[tool.pytest_sglang.profiles.eagle3]\nextends = "base"\nargs = ["--speculative-algorithm", "EAGLE3"]\n'
-        f"sim = {{ startup_seconds = 0.3, decode_tok_s = 100, ttft_ms = 10, accept_length = 2.5 }}\n"))
+        f"sim = {{ startup_seconds = 0.3, decode_tok_s = 100, ttft_ms = 50, accept_length = 2.5 }}\n"))
     pytester.makepyfile(test_perf=TESTS)
 
 
@@ -79,12 +79,15 @@ def test_record_then_compare_then_regress(pytester: pytest.Pytester, tmp_path: P
     junit = (pytester.path / "junit.xml").read_text()
     assert 'name="sglang_output_throughput"' in junit and 'name="sglang_baseline_output_throughput"' in junit
 
-    # 4. base gets slower: its throughput check regresses; eagle3 is untouched; the comparison still holds
-    setup(pytester, base_tok_s=40.0)
-    bad = run(pytester)
+    # 4. base gets half as fast: its throughput check regresses; eagle3 is untouched; the comparison still holds.
+    # Three rounds a side and a 15% tolerance against a 50% drop (and a 50 ms TTFT at 200%): a loaded runner's
+    # lag (tens of ms, every round alike) neither fails step 3 nor passes this one; no round spread can leave it
+    # unjudged (max-cv off).
+    setup(pytester, base_tok_s=25.0)
+    bad = run(pytester, "--sglang-max-cv=off")
     bad.assert_outcomes(passed=4, failed=1)
-    bad.stdout.fnmatch_lines(["*output_throughput regressed *% (one sample a side: judged by the tolerance alone): "
-                              "* tok/s vs baseline * tok/s (tolerance 5%; profile base, test-machine, recorded *)*"])
+    bad.stdout.fnmatch_lines(["*output_throughput regressed *% (*): * tok/s vs baseline * tok/s (tolerance 15%; "
+                              "profile base, test-machine, recorded *)*"])
 
 
 def test_comparison_failure_names_both_profiles(pytester: pytest.Pytester) -> None:

@@ -30,8 +30,15 @@ def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimServer]:
 
 
 def test_a_client_that_keeps_up_is_not_client_bound(sim: SimServer) -> None:
-    r = run_bench(sim, num_requests=8, concurrency=4, input_len=8, output_len=20, warmup=1)
-    assert not r.client_bound and r.client_bound_reason is None, r.to_dict()
+    # A loaded runner can stall this process for real, and then the verdict is right; a client that always
+    # says "client-bound" says it every time: judged on the first of three runs that is not flagged.
+    reasons = []
+    for _ in range(3):
+        r = run_bench(sim, num_requests=8, concurrency=4, input_len=8, output_len=20, warmup=1)
+        if not r.client_bound:
+            break
+        reasons.append(r.client_bound_reason)
+    assert not r.client_bound and r.client_bound_reason is None, reasons
     assert r.client_loop_lag_p90_ms is not None and r.client_loop_lag_max_ms is not None
     assert r.to_dict()["client_loop_lag_p90_ms"] == r.client_loop_lag_p90_ms
 

@@ -300,31 +300,53 @@ def _stream_rate(s: Sim, n: int) -> tuple[float, float]:
     return (n - 1) / (times[-1] - times[0]), times[0] - t0
 
 
+# The simulator paces each token to a deadline of its own (sim/engine.py), so its pace holds however late one
+# token leaves; the client's clock is what a loaded runner delays. A pacing fault (a shared pace, a lost
+# deadline) shows in every round; a stall of the client's machine in one: a check passes in the first of
+# PACING_ROUNDS rounds that meets it, and fails naming every round's figure.
+PACING_ROUNDS = 3
+
+
 def test_pacing_single_stream(served: Sim) -> None:
-    rate, ttft = _stream_rate(served, 81)  # 1.6 s at 50 tok/s
-    assert rate == pytest.approx(50.0, rel=0.03), rate
-    assert 0.015 < ttft < 0.06, ttft
+    seen = []
+    for _ in range(PACING_ROUNDS):
+        rate, ttft = _stream_rate(served, 81)  # 1.6 s at 50 tok/s
+        seen.append(f"{rate:.2f} tok/s, TTFT {ttft * 1e3:.0f} ms")
+        assert ttft > 0.015, "the first token left before ttft_ms"  # a deadline is never early, loaded or not
+        if rate == pytest.approx(50.0, rel=0.03) and ttft < 0.06:
+            return
+    pytest.fail(f"no round paced at 50 tok/s (3%) with a TTFT of 20 ms (< 60 ms): {'; '.join(seen)}")
 
 
-def test_pacing_32_concurrent_streams(served: Sim) -> None:
+def _concurrent_rates(served: Sim, streams: int, tokens: int) -> list[float]:
     rates: list[float] = []
     errors: list[BaseException] = []
 
     def one() -> None:
         try:
-            rates.append(_stream_rate(served, 61)[0])
+            rates.append(_stream_rate(served, tokens)[0])
         except BaseException as exc:  # noqa: BLE001 - reported below
             errors.append(exc)
 
-    threads = [threading.Thread(target=one) for _ in range(32)]
+    threads = [threading.Thread(target=one) for _ in range(streams)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
     assert not errors, errors[0]
-    assert len(rates) == 32
-    worst = max(abs(r - 50.0) / 50.0 for r in rates)
-    assert worst < 0.03, f"worst stream off by {worst:.1%}; median {statistics.median(rates):.2f} tok/s"
+    assert len(rates) == streams
+    return rates
+
+
+def test_pacing_32_concurrent_streams(served: Sim) -> None:
+    seen = []
+    for _ in range(PACING_ROUNDS):
+        rates = _concurrent_rates(served, 32, 61)
+        worst = max(abs(r - 50.0) / 50.0 for r in rates)
+        if worst < 0.03:
+            return
+        seen.append(f"worst stream off by {worst:.1%}, median {statistics.median(rates):.2f} tok/s")
+    pytest.fail(f"in no round were all 32 streams within 3% of 50 tok/s: {'; '.join(seen)}")
 
 
 # -- faults ----------------------------------------------------------------------------------------

@@ -40,6 +40,30 @@ def test_phases_progress_status_and_ready() -> None:
     assert w.status(T0 + 60) == "ready line logged"
 
 
+def test_after_the_ready_line_only_a_crash_is_looked_for(tmp_path: Path) -> None:
+    """Phases and shard progress end at the ready line ("ready" is the last phase); the serving log after it is
+    read for a crash alone, so its decode and access lines are passed over for fewer literals."""
+    log = tmp_path / "server.log"
+    log.write_text("[2026-02-04 11:30:33] The server is fired up and ready to roll!\n")
+    w = LogWatcher(SGLANG, started_at=T0, tail=LogTail(log))
+    w.poll(T0 + 1)
+    assert w.ready_at == T0 + 1
+    with log.open("a") as f:
+        f.write("[2026-02-04 11:30:34 TP0] Capture cuda graph begin. This can take up to several minutes.\n"
+                "Loading safetensors checkpoint shards:  50% Completed | 2/4 [00:01<00:01,  1.1it/s]\n"
+                '[2026-02-04 11:30:35] INFO:     127.0.0.1:56852 - "POST /generate HTTP/1.1" 200 OK\n')
+    w.poll(T0 + 2)
+    assert w.phases == {} and w.progress is None
+    assert w._every is not None and not {b" graph begin", b"oading", b'"POST /generate HTTP'} & w._every.encoded
+    with log.open("a") as f:
+        f.write("[2026-02-04 11:30:36 TP0] Scheduler hit an exception: Traceback (most recent call last):\n"
+                '  File "/sgl/scheduler.py", line 1, in run\nRuntimeError: CUDA error: out of memory\n'
+                "[2026-02-04 11:30:37] Received sigquit from a child process. It usually means the child failed.\n")
+    w.poll(T0 + 3)
+    assert w.failing_since is not None
+    assert w.root_causes()[0].startswith("RuntimeError: CUDA error: out of memory\n(raised on TP0)")
+
+
 def test_status_notes_silence() -> None:
     w = LogWatcher(SGLANG, started_at=T0)
     w.feed(["[2025-09-01 05:58:12 TP0] Init torch distributed begin."], T0 + 1)
