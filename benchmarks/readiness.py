@@ -49,9 +49,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from pytest_sglang.config.kinds import SGLANG  # noqa: E402
 from pytest_sglang.config.profiles import Profile  # noqa: E402
 from pytest_sglang.errors import ServerStartupError  # noqa: E402
-from pytest_sglang.kinds import SGLANG  # noqa: E402
 from pytest_sglang.launch.plan import plan_launch  # noqa: E402
 from pytest_sglang.server import launch_server  # noqa: E402
 from pytest_sglang.server.ready import CRASH_SETTLE_SECONDS, POLL_SECONDS  # noqa: E402

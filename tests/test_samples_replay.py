@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 from helpers import SAMPLES
 
-from pytest_sglang.kinds import KINDS
+from pytest_sglang.config.kinds import KINDS
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from pytest_sglang.kinds import GENERIC
+from pytest_sglang.config.kinds import GENERIC
 from pytest_sglang.launch.process import ServerProcess
 from pytest_sglang.watch.extractor import extract_root_causes
 from pytest_sglang.watch.prefixes import source_of, strip_prefixes

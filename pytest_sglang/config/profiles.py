@@ -12,9 +12,9 @@ from difflib import get_close_matches
 from pathlib import Path
 from typing import Any, Literal
 
+from pytest_sglang.config.kinds import KINDS
 from pytest_sglang.config.slurm import SlurmSpec, parse_slurm
 from pytest_sglang.errors import ProfileError
-from pytest_sglang.kinds import KINDS
 from pytest_sglang.sim.config import FAULTS, KNOB_ENV, KnobError, Knobs, load_knobs
 
 if sys.version_info >= (3, 11):

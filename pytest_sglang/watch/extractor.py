@@ -27,7 +27,7 @@ from collections import deque
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from ..kinds import SGLANG, VLLM, Kind, LinePattern
+from ..config.kinds import SGLANG, VLLM, Kind, LinePattern
 from .causes import UNKNOWN, Cause, OpenTraceback, Orphan, Reversed
 from .literals import LiteralSet
 from .prefixes import source_of, strip_prefixes

@@ -21,8 +21,8 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from ..config.kinds import Kind
 from ..errors import Diagnosis, redact
-from ..kinds import Kind
 from .extractor import RootCauseExtractor
 from .literals import Hits, LiteralSet
 from .prefixes import source_of, strip_prefixes

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 
 from pytest_sglang.config import Profile
-from pytest_sglang.kinds import GENERIC, SGLANG, VLLM
+from pytest_sglang.config.kinds import GENERIC, SGLANG, VLLM
 from pytest_sglang.launch.plan import Readiness, plan_launch
 from pytest_sglang.server.origins import attach_readiness, startup_wait
 from pytest_sglang.server.record import StartupRecord

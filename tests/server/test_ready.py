@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from pytest_sglang.config.kinds import SGLANG
 from pytest_sglang.errors import ServerStartupError
-from pytest_sglang.kinds import SGLANG
 from pytest_sglang.server.ready import (
     CRASH_SETTLE_SECONDS,
     POLL_SECONDS,

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_sglang.kinds import SGLANG
+from pytest_sglang.config.kinds import SGLANG
 from pytest_sglang.server.handle import WatchedPidLiveness
 from pytest_sglang.watch import LogTail, LogWatcher
 

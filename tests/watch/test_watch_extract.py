@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pytest_sglang.kinds import SGLANG, VLLM
+from pytest_sglang.config.kinds import SGLANG, VLLM
 from pytest_sglang.watch import extract_root_causes, strip_prefixes
 
 

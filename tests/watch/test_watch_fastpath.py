@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from helpers import SAMPLES
 
-from pytest_sglang.kinds import GENERIC, SGLANG, VLLM, Kind
+from pytest_sglang.config.kinds import GENERIC, SGLANG, VLLM, Kind
 from pytest_sglang.watch import LogTail, LogWatcher, RootCauseExtractor, clean_line
 from pytest_sglang.watch.prefixes import source_of, strip_prefixes
 from pytest_sglang.watch.tail import LINE_BREAK

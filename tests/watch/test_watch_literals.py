@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from helpers import SAMPLES
 
-from pytest_sglang.kinds import KINDS, LinePattern, PhaseRule
+from pytest_sglang.config.kinds import KINDS, LinePattern, PhaseRule
 from pytest_sglang.watch import RootCauseExtractor, shapes
 from pytest_sglang.watch.literals import LiteralSet
 from pytest_sglang.watch.prefixes import _LEVEL_TS, _LEVEL_WORDS, SOURCE_LITERALS, source_of, strip_prefixes

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from helpers import SAMPLES
 
-from pytest_sglang.kinds import SGLANG, VLLM, Kind
+from pytest_sglang.config.kinds import SGLANG, VLLM, Kind
 from pytest_sglang.watch import LogTail, LogWatcher, extract_root_causes
 
 SIDECARS = sorted(SAMPLES.glob("*.json"))

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from pytest_sglang.config.kinds import GENERIC, SGLANG, VLLM
 from pytest_sglang.errors import Diagnosis
-from pytest_sglang.kinds import GENERIC, SGLANG, VLLM
 from pytest_sglang.watch import LogTail, LogWatcher, Progress, extract_root_causes
 
 T0 = 1000.0
