@@ -65,8 +65,8 @@ def server_source(profile: Profile | None, asked: Asked) -> Source:
 
 @dataclass(frozen=True)
 class Origins:
-    """What the sources need beyond the plan: the run's shared servers (under xdist) and its rootdir (whose
-    kept servers --sglang-reuse reads)."""
+    """What the sources need from the session: its shared servers (under xdist), its rootdir (whose kept servers
+    --sglang-reuse reads), how it plans a launch, and where status lines, records and kept servers go."""
 
     shared: SharedServers | None
     rootdir: Path
