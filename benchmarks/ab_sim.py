@@ -17,6 +17,7 @@ a time on a machine with cores to spare (each job is three busy processes: pytes
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import json
 import math
 import os
@@ -37,6 +38,8 @@ from pytest_sglang.baseline.engine import judge_paired  # noqa: E402
 DRIFT = "session_drift = 0.3, wander = 0.05, jitter = 0.02"
 BASE_TOK_S = 400.0
 SECTION = "## Interleaved A/B"
+# Where the plugin is not installed (a GPU host given the source tree alone), name it to pytest.
+PLUGIN = [] if importlib.metadata.entry_points(group="pytest11", name="sglang") else ["-p", "pytest_sglang.plugin"]
 
 TEST = '''
 import os
@@ -68,7 +71,7 @@ def run_job(folder: Path, seed: int, *, rounds: int, requests: int, tolerance: s
            "AB_REQUESTS": str(requests), "AB_TOLERANCE": tolerance,
            "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH", "")])}
     started = time.monotonic()
-    subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--sglang-sim",
+    subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *PLUGIN, "--sglang-sim",
                     "--sglang-profile=main,candidate", f"--sglang-report={report}", "test_ab.py"],
                    cwd=folder, env=env, capture_output=True, text=True, timeout=600, check=False)
     (ab,) = json.loads(report.read_text())["ab"]
