@@ -10,12 +10,14 @@ through the plugin's own engine (``judge_paired``), at two round lengths.
     python benchmarks/ab_sim.py --jobs 20 --rounds 12 --write benchmarks/RESULTS-ab.md
 
 Knobs of both profiles: ``session_drift = 0.3, wander = 0.05, jitter = 0.02`` (the issue's). The jobs run one
-after another (a shared machine: its own load is part of the noise the gate must survive).
+after another (a shared machine: its own load is part of the noise the gate must survive), or ``--parallel N`` at
+a time on a machine with cores to spare (each job is three busy processes: pytest and two simulators).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import json
 import math
 import os
@@ -25,6 +27,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +38,8 @@ from pytest_sglang.baseline.engine import judge_paired  # noqa: E402
 DRIFT = "session_drift = 0.3, wander = 0.05, jitter = 0.02"
 BASE_TOK_S = 400.0
 SECTION = "## Interleaved A/B"
+# Where the plugin is not installed (a GPU host given the source tree alone), name it to pytest.
+PLUGIN = [] if importlib.metadata.entry_points(group="pytest11", name="sglang") else ["-p", "pytest_sglang.plugin"]
 
 TEST = '''
 import os
@@ -66,7 +71,7 @@ def run_job(folder: Path, seed: int, *, rounds: int, requests: int, tolerance: s
            "AB_REQUESTS": str(requests), "AB_TOLERANCE": tolerance,
            "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH", "")])}
     started = time.monotonic()
-    subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--sglang-sim",
+    subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *PLUGIN, "--sglang-sim",
                     "--sglang-profile=main,candidate", f"--sglang-report={report}", "test_ab.py"],
                    cwd=folder, env=env, capture_output=True, text=True, timeout=600, check=False)
     (ab,) = json.loads(report.read_text())["ab"]
@@ -112,18 +117,25 @@ def main() -> int:
     ap.add_argument("--slower", type=float, default=0.05, help="the candidate's decode_tok_s is this much lower")
     ap.add_argument("--write", type=Path, help="replace the 'Interleaved A/B' section of this markdown file")
     ap.add_argument("--json", type=Path, help="also write every job's A/B result here")
+    ap.add_argument("--parallel", type=int, default=1, help="jobs at a time (each its own folder and seed)")
     args = ap.parse_args()
 
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="ab-sim-") as tmp:
-        same, slow, other = Path(tmp, "same"), Path(tmp, "slow"), Path(tmp, "other")
-        project(same, BASE_TOK_S)
-        project(slow, BASE_TOK_S * (1 - args.slower))
-        project(other, BASE_TOK_S)
         kw = {"rounds": args.rounds, "tolerance": args.tolerance}
-        a_a = [run_job(same, 1000 + i, requests=args.requests, **kw) for i in range(args.jobs)]
-        a_b = [run_job(slow, 2000 + i, requests=args.requests, **kw) for i in range(args.jobs)]
-        study = [run_job(other, 3000 + i, requests=args.study_requests, **kw) for i in range(args.study_jobs)]
+
+        def job(kind: str, candidate_tok_s: float, seed: int, requests: int) -> dict[str, Any]:
+            folder = Path(tmp, f"{kind}-{seed}")
+            project(folder, candidate_tok_s)
+            return run_job(folder, seed, requests=requests, **kw)
+
+        with ThreadPoolExecutor(max_workers=max(1, args.parallel)) as pool:
+            same = [pool.submit(job, "same", BASE_TOK_S, 1000 + i, args.requests) for i in range(args.jobs)]
+            slow = [pool.submit(job, "slow", BASE_TOK_S * (1 - args.slower), 2000 + i, args.requests)
+                    for i in range(args.jobs)]
+            other = [pool.submit(job, "other", BASE_TOK_S, 3000 + i, args.study_requests)
+                     for i in range(args.study_jobs)]
+            a_a, a_b, study = ([f.result() for f in futures] for futures in (same, slow, other))
     elapsed = time.monotonic() - started
 
     ks = sorted({k for k in (6, 8, 10, args.rounds) if k <= args.rounds})
@@ -146,7 +158,7 @@ def main() -> int:
         SECTION, "",
         f"`python benchmarks/ab_sim.py --jobs {args.jobs} --rounds {args.rounds} --requests {args.requests} "
         f"--study-requests {args.study_requests}` "
-        f"({platform.node() or 'this machine'}, {os.cpu_count()} cores shared with other test runs, load average "
+        f"({platform.node() or 'this machine'}, {os.cpu_count()} cores, {args.parallel} job(s) at a time, load average "
         f"{os.getloadavg()[0]:.1f} at the end; "
         f"{elapsed / 60:.1f} min in all). Simulator knobs of both profiles: `{DRIFT}`, "
         f"`decode_tok_s = {BASE_TOK_S:g}`; each job its own pytest session and `PYTEST_SGLANG_SIM_SEED`; "

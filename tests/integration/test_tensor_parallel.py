@@ -109,8 +109,10 @@ def test_a_fault_on_rank_1_names_it_at_once_and_leaves_nothing(
     if fault == "exc":
         assert "RuntimeError: injected fault on rank 1 in warmup step 2" in message
         assert "(raised on rank1)" in message
-        # the root cause comes first: before rank 0's consequence (gloo's "Connection closed by peer")
-        assert message.index("injected fault on rank 1") < message.index("Connection closed by peer")
+        # the root cause comes first: before rank 0's consequence (gloo's "Connection closed by peer"), which a
+        # loaded machine may not have logged yet when the error is made
+        consequence = message.find("Connection closed by peer")
+        assert consequence == -1 or message.index("injected fault on rank 1") < consequence
     else:
         # rank 1 is named first; how it died is readable only while it is a zombie, and torchrun's agent reaps it
         # at once (then it is "gone"), while rank 0, SIGTERMed by that agent, may still be read
