@@ -141,6 +141,7 @@ class SGLangPlugin:
             self._log_dir = self.settings.make_log_dir()
         plan = plan_launch(profile, sim=self.settings.sim, log_dir=self._log_dir,
                            startup_timeout=self.settings.startup_timeout, sim_run=self.sim_run)
+        self.measure.server_fingerprints[name] = plan.server_fingerprint  # A/A runs: sglang_ab's pair alike
         if profile.slurm:  # on a SLURM cluster's nodes: the slurm origin (server/slurm.py)
             from pytest_sglang.server.slurm import NOT_SHARED, launch_slurm_server
 
