@@ -54,6 +54,7 @@ never overwritten.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
@@ -61,7 +62,7 @@ import os
 import statistics
 import tempfile
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -149,6 +150,16 @@ class BaselineStore:
     def _lock(self) -> FileLock:
         return FileLock(str(self.lock_path), timeout=self.lock_timeout)
 
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        try:
+            with self._lock():
+                yield
+        except Timeout:
+            raise BaselineError(
+                f"could not lock baseline file {self.path} within {self.lock_timeout:.0f} s "
+                f"(lock file {self.lock_path}); is another pytest stuck?") from None
+
     def _read(self) -> dict[str, Any]:
         try:
             text = self.path.read_text(encoding="utf-8")
@@ -199,37 +210,32 @@ class BaselineStore:
         clean = {k: vals for k, v in metrics.items() if v is not None and (vals := _values(v))}
         for name in clean:
             direction(name)
-        try:
-            with self._lock():
-                data = self._read()
-                data["version"] = VERSION
-                node = data["baselines"].setdefault(profile, {}).setdefault(test_id, {})
-                old = node.get(machine.key, {})
-                old_samples = {k: v for k, v in (old.get("samples") or {}).items() if k not in clean}
-                old_metrics = old.get("metrics", {})
-                sessions = {k: list(v) for k, v in (old.get("sessions") or {}).items()}
-                for k in old_metrics:
-                    sessions.setdefault(k, [old_metrics[k]])  # an older file's figure: one session
-                for k, v in clean.items():
-                    sessions[k] = [*sessions.get(k, []), statistics.median(v)][-SESSIONS_KEPT:]
-                entry = Entry(
-                    machine=machine.name,
-                    recorded_at=(when or datetime.now(timezone.utc)).isoformat(timespec="seconds"),
-                    commit=commit,
-                    metrics={**old_metrics, **{k: statistics.median(v) for k, v in clean.items()}},
-                    samples={**old_samples, **clean},
-                    server=machine.server,
-                    driver=machine.driver,
-                    sessions=sessions,
-                )
-                node[machine.key] = entry.to_json()
-                self._write(data)
-                self._cache = data
-                return entry
-        except Timeout:
-            raise BaselineError(
-                f"could not lock baseline file {self.path} within {self.lock_timeout:.0f} s "
-                f"(lock file {self.lock_path}); is another pytest stuck?") from None
+        with self._locked():
+            data = self._read()
+            data["version"] = VERSION
+            node = data["baselines"].setdefault(profile, {}).setdefault(test_id, {})
+            old = node.get(machine.key, {})
+            old_samples = {k: v for k, v in (old.get("samples") or {}).items() if k not in clean}
+            old_metrics = old.get("metrics", {})
+            sessions = {k: list(v) for k, v in (old.get("sessions") or {}).items()}
+            for k in old_metrics:
+                sessions.setdefault(k, [old_metrics[k]])  # an older file's figure: one session
+            for k, v in clean.items():
+                sessions[k] = [*sessions.get(k, []), statistics.median(v)][-SESSIONS_KEPT:]
+            entry = Entry(
+                machine=machine.name,
+                recorded_at=(when or datetime.now(timezone.utc)).isoformat(timespec="seconds"),
+                commit=commit,
+                metrics={**old_metrics, **{k: statistics.median(v) for k, v in clean.items()}},
+                samples={**old_samples, **clean},
+                server=machine.server,
+                driver=machine.driver,
+                sessions=sessions,
+            )
+            node[machine.key] = entry.to_json()
+            self._write(data)
+            self._cache = data
+            return entry
 
     def instance_noise(self, machine: Machine, workload: str) -> dict[str, list[float]]:
         """metric -> the log ratios of the A/A runs recorded for this machine and workload, oldest first."""
@@ -239,18 +245,13 @@ class BaselineStore:
     def record_instance_noise(self, machine: Machine, workload: str, log_ratios: Mapping[str, float]) -> None:
         """Append one A/A run's log ratio of each metric (the last SESSIONS_KEPT kept), under the lock."""
         clean = {k: float(v) for k, v in log_ratios.items() if math.isfinite(v)}
-        try:
-            with self._lock():
-                data = self._read()
-                node = data.setdefault(INSTANCE_NOISE, {}).setdefault(machine.key, {}).setdefault(workload, {})
-                for k, v in clean.items():
-                    node[k] = [*node.get(k, []), v][-SESSIONS_KEPT:]
-                self._write(data)
-                self._cache = data
-        except Timeout:
-            raise BaselineError(
-                f"could not lock baseline file {self.path} within {self.lock_timeout:.0f} s "
-                f"(lock file {self.lock_path}); is another pytest stuck?") from None
+        with self._locked():
+            data = self._read()
+            node = data.setdefault(INSTANCE_NOISE, {}).setdefault(machine.key, {}).setdefault(workload, {})
+            for k, v in clean.items():
+                node[k] = [*node.get(k, []), v][-SESSIONS_KEPT:]
+            self._write(data)
+            self._cache = data
 
     def _write(self, data: dict[str, Any]) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
