@@ -198,6 +198,7 @@ def aa_log_ratios(result: ABResult) -> dict[str, float]:
 
 def noise_hint(first: str, workload: str) -> str:
     """What to run so that this A/B's checks learn the host's instance noise."""
-    return (f"record A/A runs on this machine: a test marked @pytest.mark.sglang_ab(\"{first}\", \"{first}_twin\") "
-            f"(a second profile launching the same server as {first!r}) calling sglang_ab with the same arguments "
-            f"({workload}), run with --sglang-update-baseline, e.g. nightly")
+    twin = f"{first}-twin"
+    return (f"record A/A runs on this machine: a profile {twin!r} with extends = {first!r} (the same server), a "
+            f"test marked @pytest.mark.sglang_ab({first!r}, {twin!r}) calling sglang_ab with the same arguments "
+            f"({workload}), run with --sglang-profile={first},{twin} --sglang-update-baseline, e.g. nightly")
