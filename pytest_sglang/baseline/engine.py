@@ -611,6 +611,7 @@ class ABComparison:
     second: str
     judgements: list[ABJudgement] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)  # metrics that could not be compared, and why
+    noise_hint: str | None = None  # how to record the A/A runs a metric lacked (instance noise not yet known)
 
     @property
     def regressions(self) -> list[ABJudgement]:
@@ -619,8 +620,6 @@ class ABComparison:
     @property
     def not_judged(self) -> list[ABJudgement]:
         return [j for j in self.judgements if j.status == "not-judged"]
-
-    noise_hint: str | None = None  # how to record the A/A runs a metric lacked (instance noise not yet known)
 
     @property
     def failed(self) -> bool:
