@@ -31,6 +31,7 @@ class Measurements:
         self.shared = shared
         self._checker: BaselineChecker | None = None
         self.checked = False  # a baseline check ran in this session
+        self.server_fingerprints: dict[str, str] = {}  # profile -> its launch plan's server_fingerprint
 
     @property
     def checker(self) -> BaselineChecker:
@@ -153,10 +154,33 @@ class Measurements:
                                        **gate)
         except PluginError as exc:
             fail_with(exc)
+        self._instance_noise(result, {**workload, "rounds": rounds, **({} if together else {"bracketed": True})},
+                             live.get(first) or next(iter(live.values())))
         result.on_check = lambda outcome: self._ab_checked(request, outcome)
         self.ledger.add_ab(request.node.nodeid, result)
         request.node.user_properties.extend(ab_properties(result))
         return result
+
+    def _instance_noise(self, result: ABResult, workload: dict[str, Any], server: ServerHandle) -> None:
+        """Hand the A/B its recorded A/A runs (before this one is added); record this one if it is an A/A run
+        under --sglang-update-baseline."""
+        from pytest_sglang.baseline.store import workload_key
+        from pytest_sglang.bench.ab import aa_log_ratios, noise_hint
+        from pytest_sglang.errors import BaselineError
+
+        prints = [self.server_fingerprints.get(p) for p in (result.first, result.second)]
+        result.same_server = prints[0] is not None and prints[0] == prints[1]
+        key = workload_key(workload)
+        label = self.server_label(server)
+        machine = server.machine(label) or self.checker.machine(label)
+        store = self.checker.store
+        try:
+            result.instance_noise = store.instance_noise(machine, key)
+            result.noise_hint = noise_hint(result.first, key)
+            if result.same_server and self.settings.update_baseline:
+                store.record_instance_noise(machine, key, aa_log_ratios(result))
+        except BaselineError as exc:
+            fail_with(exc)
 
     def _ab_checked(self, request: pytest.FixtureRequest, outcome: ABComparison) -> None:
         import warnings

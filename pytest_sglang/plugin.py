@@ -148,8 +148,10 @@ class SGLangPlugin:
 
         if self._log_dir is None:
             self._log_dir = self.settings.make_log_dir()
-        return plan_launch(profile, sim=self.settings.sim, log_dir=self._log_dir,
+        plan = plan_launch(profile, sim=self.settings.sim, log_dir=self._log_dir,
                            startup_timeout=self.settings.startup_timeout, sim_run=self.sim_run)
+        self.measure.server_fingerprints[profile.name] = plan.server_fingerprint  # A/A runs: sglang_ab's pair alike
+        return plan
 
     def status(self, text: str) -> None:
         """A live line during a long startup, shown even while output is captured."""

@@ -36,6 +36,16 @@ so that a change is significant exactly when its interval leaves 1 out): on a GP
 Bracketed (first, second, first again): the second side's rounds against both first-side runs by the rank-sum
 test, the drift between the two first-side runs beside it; a drift past the tolerance is not judged.
 
+Instance noise: two instances of one server on one host need not run at one speed (on the H200 one held
+4650 tok/s for a whole job while its twin jumped 4700-6800, docs/gpu.md), and that difference persists for
+tens of seconds, so the paired test, which assumes independent pairs, calls it a change. An A/B check given
+the log ratios of at least AA_RUNS_NEEDED recorded A/A runs (store.py ``instance_noise``: two profiles of
+one server, same workload, same machine) judges the A/B's ratio by :func:`judge_instance_noise` instead: as
+:func:`judge_sessions` does for sessions, it regresses when even an unchanged pair of instances at the
+tolerance's edge would give a ratio that low with chance at most ``1 - confidence``: the one-sided
+prediction bound of the A/A ratios (stats.SessionSpread), shifted by the tolerance. With fewer the paired
+rule stays and the message says what to record.
+
 One sign convention everywhere: ``change_pct`` is the change of the figure itself (of the medians),
 ``(current - reference) / |reference| * 100``: a startup 47 % slower is +47.4, a throughput 6 % lower is
 -6.0. The status word says whether that is better or worse (``regressed``, ``improved``).
@@ -46,7 +56,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal
 
 from pytest_sglang.baseline.directions import Direction, Tolerance, direction, fmt_value
@@ -67,11 +77,12 @@ if TYPE_CHECKING:
     from pytest_sglang.bench.metrics import BenchResult
 
 Status = Literal["ok", "regressed", "improved", "not-judged"]
-Method = Literal["tolerance", "mann-whitney", "sessions", "signed-rank"]
+Method = Literal["tolerance", "mann-whitney", "sessions", "signed-rank", "instance-noise"]
 
 DEFAULT_CONFIDENCE = 0.95
 DEFAULT_MAX_CV_PCT = 10.0  # rounds spread more than this (CV): too noisy to judge
 SESSIONS_NEEDED = 5  # past recording sessions before their spread, not the rounds', judges a baseline check
+AA_RUNS_NEEDED = 5  # recorded A/A runs before their spread, not the pairs', judges an A/B check
 
 
 def change_pct(current: float, reference: float) -> float:
@@ -431,13 +442,16 @@ class ABJudgement:
     spread_cv_pct: float | None = None  # of the paired ratios (interleaved)
     drift_pct: float | None = None  # bracketed: the first side's change from its run before to its run after
     reason: str | None = None  # why not judged
+    aa_runs: int = 0  # recorded A/A runs of this workload and machine (their noise judges at AA_RUNS_NEEDED)
+    instance_noise_cv_pct: float | None = None  # CV of those A/A runs' ratios, where they judged
 
     def to_dict(self) -> dict[str, Any]:
         return {"metric": self.metric, "ratio": self.ratio, "ci": list(self.ci) if self.ci else None,
                 "p_value": self.p_value, "pairs": self.pairs, "status": self.status, "method": self.method,
                 "tolerance": str(self.tolerance) if self.tolerance else None, "direction": self.direction,
                 "confidence": self.confidence, "spread_cv_pct": self.spread_cv_pct, "drift_pct": self.drift_pct,
-                "message": self.message, "reason": self.reason}
+                "message": self.message, "reason": self.reason, "aa_runs": self.aa_runs,
+                "instance_noise_cv_pct": self.instance_noise_cv_pct}
 
 
 def _bound_pct(metric: str, tolerance: Tolerance, first_median: float) -> float:
@@ -559,6 +573,36 @@ def judge_bracketed(metric: str, before: Sequence[float], second: Sequence[float
     return made(j.status)
 
 
+def judge_instance_noise(paired: ABJudgement, noise: Sequence[float], first_median: float) -> ABJudgement:
+    """``paired`` (a judged A/B metric) judged again by the instance noise: ``noise`` is the log ratios of
+    recorded A/A runs (at least two); the A/B's ratio regresses when an unchanged pair of instances at the
+    tolerance's edge falls that low with chance at most ``1 - confidence`` (improved likewise)."""
+    if paired.tolerance is None:
+        raise BaselineError(f"judging {paired.metric} by the instance noise needs a tolerance")
+    spread = SessionSpread.of([math.exp(v) for v in noise])
+    bound = _bound_pct(paired.metric, paired.tolerance, first_median) / 100.0
+    higher = paired.direction == "higher"
+    worse_edge, better_edge = (1.0 - bound, 1.0 + bound) if higher else (1.0 + bound, 1.0 - bound)
+    if higher:
+        p_worse, p_better = spread.p_below(paired.ratio, worse_edge), spread.p_above(paired.ratio, better_edge)
+    else:
+        p_worse, p_better = spread.p_above(paired.ratio, worse_edge), spread.p_below(paired.ratio, better_edge)
+    alpha = 1.0 - paired.confidence
+    status: Status = "regressed" if p_worse <= alpha else "improved" if p_better <= alpha else "ok"
+    low, high = spread.bounds(paired.confidence)
+    p = p_worse if (paired.ratio < 1.0) == higher else p_better
+    clause = (f"instance noise: CV {spread.cv_pct:.1f}% over {spread.n} A/A runs, an unchanged pair "
+              f"{low:.2f}-{high:.2f}x, {_p(p)} past the tolerance")
+    return replace(paired, status=status, p_value=p, method="instance-noise", message=_noted(paired, clause),
+                   aa_runs=spread.n, instance_noise_cv_pct=spread.cv_pct)
+
+
+def _noted(judged: ABJudgement, clause: str) -> str:
+    """The message with ``clause`` beside the statistics, before the tolerance that closes them."""
+    head, sep, tail = judged.message.rpartition("; tolerance ")
+    return f"{head}; {clause}{sep}{tail}" if sep else f"{judged.message} ({clause})"
+
+
 @dataclass
 class ABComparison:
     """Every metric of one A/B ``check()``, and what the test should make of it."""
@@ -567,6 +611,7 @@ class ABComparison:
     second: str
     judgements: list[ABJudgement] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)  # metrics that could not be compared, and why
+    noise_hint: str | None = None  # how to record the A/A runs a metric lacked (instance noise not yet known)
 
     @property
     def regressions(self) -> list[ABJudgement]:
@@ -596,20 +641,26 @@ class ABComparison:
 
     def failure_message(self) -> str:
         head = f"{self.second} regressed against {self.first}:"
-        return "\n  ".join([head, *(f"{j.message} regressed" for j in self.regressions), *self.errors])
+        hint = [f"instance noise not yet known: {self.noise_hint}"] if self.noise_hint else []
+        return "\n  ".join([head, *(f"{j.message} regressed" for j in self.regressions), *self.errors, *hint])
 
     def to_dict(self) -> dict[str, Any]:
         return {"first": self.first, "second": self.second, "checks": [j.to_dict() for j in self.judgements],
-                "errors": list(self.errors), "gate": self.gate, "gate_reason": self.gate_reason}
+                "errors": list(self.errors), "gate": self.gate, "gate_reason": self.gate_reason,
+                "noise_hint": self.noise_hint}
 
 
 def compare_ab(first: str, second: str, samples: Mapping[str, tuple[Sequence[float], ...]],
                tolerances: Mapping[str, str | float], *, bracketed: bool = False,
-               confidence: float = DEFAULT_CONFIDENCE, max_cv_pct: float | None = DEFAULT_MAX_CV_PCT
+               confidence: float = DEFAULT_CONFIDENCE, max_cv_pct: float | None = DEFAULT_MAX_CV_PCT,
+               instance_noise: Mapping[str, Sequence[float]] | None = None, noise_hint: str = ""
                ) -> ABComparison:
     """Judge profile ``second`` against ``first`` on each metric of ``tolerances``. ``samples[metric]`` is
     ``(first_rounds, second_rounds)`` interleaved, ``(before, second_rounds, after)`` bracketed. A metric that
-    cannot be compared (unknown, malformed tolerance, not measured) is an error named in the message."""
+    cannot be compared (unknown, malformed tolerance, not measured) is an error named in the message.
+    ``instance_noise``: metric -> the log ratios of recorded A/A runs (None: not looked up); with at least
+    AA_RUNS_NEEDED of a metric they judge it (:func:`judge_instance_noise`), with fewer the message says so and
+    ``noise_hint`` says how to record them."""
     outcome = ABComparison(first, second)
     for metric, raw in tolerances.items():
         try:
@@ -617,9 +668,17 @@ def compare_ab(first: str, second: str, samples: Mapping[str, tuple[Sequence[flo
             tol = Tolerance.parse(metric, raw)
             if metric not in samples:
                 raise BaselineError(f"{metric} was not measured in this A/B run")
-            outcome.judgements.append(ab_judgement(metric, first, second, samples[metric], tol,
-                                                   bracketed=bracketed, confidence=confidence,
-                                                   max_cv_pct=max_cv_pct))
+            judged = ab_judgement(metric, first, second, samples[metric], tol, bracketed=bracketed,
+                                  confidence=confidence, max_cv_pct=max_cv_pct)
+            if instance_noise is not None:
+                runs = list(instance_noise.get(metric, ()))
+                if len(runs) < AA_RUNS_NEEDED:
+                    clause = f"instance noise not yet known ({len(runs)} of {AA_RUNS_NEEDED} A/A runs)"
+                    judged = replace(judged, message=_noted(judged, clause), aa_runs=len(runs))
+                    outcome.noise_hint = noise_hint or None
+                elif judged.status != "not-judged":
+                    judged = judge_instance_noise(judged, runs, statistics.median(samples[metric][0]))
+            outcome.judgements.append(judged)
         except BaselineError as exc:
             outcome.errors.append(f"{metric}: {exc}")
     return outcome

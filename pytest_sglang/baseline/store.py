@@ -21,6 +21,13 @@ The file (default ``.sglang-baselines.json`` in the rootdir, meant to be committ
             }
           }
         }
+      },
+      "instance_noise": {
+        "8x NVIDIA RTX PRO 6000 | driver 580.82.07 | sglang 0.5.2": {
+          "concurrency=16 input_len=128 num_requests=64 output_len=128 rounds=10": {
+            "output_throughput": [0.0962, -0.2332, 0.2135, 0.1133, -0.1020]
+          }
+        }
       }
     }
 
@@ -34,6 +41,12 @@ sessions differ (engine.py). To restart that history (after a deliberate change 
 ``samples`` or ``sessions``) still load: each figure is then one sample and one session. Recording into
 them rewrites the file as version 3.
 
+``instance_noise`` (optional; readers before it ignore it) holds, per machine key and A/B workload (the
+``sglang_ab`` arguments, :func:`workload_key`), each metric's natural log of the ratio second/first of the
+last SESSIONS_KEPT A/A runs: ``sglang_ab`` runs whose two profiles launch the same server, recorded with
+--sglang-update-baseline. How much two instances of one server differ on the host is what an A/B check then
+judges against (engine.py, judge_instance_noise). To restart it, delete the workload's key.
+
 Writes go through a file lock and an atomic rename, so pytest-xdist workers can record at once; a file that
 cannot be parsed is reported with its line and column (:func:`validate` names the first bad key path) and is
 never overwritten.
@@ -41,6 +54,7 @@ never overwritten.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
@@ -48,7 +62,7 @@ import os
 import statistics
 import tempfile
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -65,6 +79,12 @@ FORMAT = "pytest-sglang-baselines"
 VERSION = 3
 SESSIONS_KEPT = 20  # recording sessions an entry remembers
 DEFAULT_FILENAME = ".sglang-baselines.json"
+INSTANCE_NOISE = "instance_noise"
+
+
+def workload_key(workload: Mapping[str, Any]) -> str:
+    """The A/B workload as the instance noise is keyed: its arguments, sorted (``rounds=10`` among them)."""
+    return " ".join(f"{k}={workload[k]}" for k in sorted(workload))
 
 
 @dataclass
@@ -130,6 +150,16 @@ class BaselineStore:
     def _lock(self) -> FileLock:
         return FileLock(str(self.lock_path), timeout=self.lock_timeout)
 
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        try:
+            with self._lock():
+                yield
+        except Timeout:
+            raise BaselineError(
+                f"could not lock baseline file {self.path} within {self.lock_timeout:.0f} s "
+                f"(lock file {self.lock_path}); is another pytest stuck?") from None
+
     def _read(self) -> dict[str, Any]:
         try:
             text = self.path.read_text(encoding="utf-8")
@@ -180,37 +210,48 @@ class BaselineStore:
         clean = {k: vals for k, v in metrics.items() if v is not None and (vals := _values(v))}
         for name in clean:
             direction(name)
-        try:
-            with self._lock():
-                data = self._read()
-                data["version"] = VERSION
-                node = data["baselines"].setdefault(profile, {}).setdefault(test_id, {})
-                old = node.get(machine.key, {})
-                old_samples = {k: v for k, v in (old.get("samples") or {}).items() if k not in clean}
-                old_metrics = old.get("metrics", {})
-                sessions = {k: list(v) for k, v in (old.get("sessions") or {}).items()}
-                for k in old_metrics:
-                    sessions.setdefault(k, [old_metrics[k]])  # an older file's figure: one session
-                for k, v in clean.items():
-                    sessions[k] = [*sessions.get(k, []), statistics.median(v)][-SESSIONS_KEPT:]
-                entry = Entry(
-                    machine=machine.name,
-                    recorded_at=(when or datetime.now(timezone.utc)).isoformat(timespec="seconds"),
-                    commit=commit,
-                    metrics={**old_metrics, **{k: statistics.median(v) for k, v in clean.items()}},
-                    samples={**old_samples, **clean},
-                    server=machine.server,
-                    driver=machine.driver,
-                    sessions=sessions,
-                )
-                node[machine.key] = entry.to_json()
-                self._write(data)
-                self._cache = data
-                return entry
-        except Timeout:
-            raise BaselineError(
-                f"could not lock baseline file {self.path} within {self.lock_timeout:.0f} s "
-                f"(lock file {self.lock_path}); is another pytest stuck?") from None
+        with self._locked():
+            data = self._read()
+            data["version"] = VERSION
+            node = data["baselines"].setdefault(profile, {}).setdefault(test_id, {})
+            old = node.get(machine.key, {})
+            old_samples = {k: v for k, v in (old.get("samples") or {}).items() if k not in clean}
+            old_metrics = old.get("metrics", {})
+            sessions = {k: list(v) for k, v in (old.get("sessions") or {}).items()}
+            for k in old_metrics:
+                sessions.setdefault(k, [old_metrics[k]])  # an older file's figure: one session
+            for k, v in clean.items():
+                sessions[k] = [*sessions.get(k, []), statistics.median(v)][-SESSIONS_KEPT:]
+            entry = Entry(
+                machine=machine.name,
+                recorded_at=(when or datetime.now(timezone.utc)).isoformat(timespec="seconds"),
+                commit=commit,
+                metrics={**old_metrics, **{k: statistics.median(v) for k, v in clean.items()}},
+                samples={**old_samples, **clean},
+                server=machine.server,
+                driver=machine.driver,
+                sessions=sessions,
+            )
+            node[machine.key] = entry.to_json()
+            self._write(data)
+            self._cache = data
+            return entry
+
+    def instance_noise(self, machine: Machine, workload: str) -> dict[str, list[float]]:
+        """metric -> the log ratios of the A/A runs recorded for this machine and workload, oldest first."""
+        raw = self.load().get(INSTANCE_NOISE, {}).get(machine.key, {}).get(workload, {})
+        return {k: [float(x) for x in v] for k, v in raw.items()}
+
+    def record_instance_noise(self, machine: Machine, workload: str, log_ratios: Mapping[str, float]) -> None:
+        """Append one A/A run's log ratio of each metric (the last SESSIONS_KEPT kept), under the lock."""
+        clean = {k: float(v) for k, v in log_ratios.items() if math.isfinite(v)}
+        with self._locked():
+            data = self._read()
+            node = data.setdefault(INSTANCE_NOISE, {}).setdefault(machine.key, {}).setdefault(workload, {})
+            for k, v in clean.items():
+                node[k] = [*node.get(k, []), v][-SESSIONS_KEPT:]
+            self._write(data)
+            self._cache = data
 
     def _write(self, data: dict[str, Any]) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -252,13 +293,24 @@ def validate(data: Any, broken: Any = lambda what: what) -> None:
                 for metric, value in entry["metrics"].items():
                     if isinstance(value, bool) or not isinstance(value, (int, float)):
                         raise BaselineError(broken(f"{where}.metrics.{metric} is {value!r}, not a number"))
-                for part in ("samples", "sessions"):
-                    lists = entry.get(part, {})
-                    if not isinstance(lists, dict):
-                        raise BaselineError(broken(f'{where}.{part} must be an object of lists of numbers'))
-                    for metric, values in lists.items():
-                        if (not isinstance(values, list) or not values
-                                or any(isinstance(v, bool) or not isinstance(v, (int, float)) for v in values)):
-                            raise BaselineError(broken(f"{where}.{part}.{metric} is {values!r}, not a non-empty "
-                                                       "list of numbers"))
+                _validate_lists(entry, ("samples", "sessions"), where, broken)
+    noise = data.get(INSTANCE_NOISE, {})
+    if not isinstance(noise, dict):
+        raise BaselineError(broken(f'"{INSTANCE_NOISE}" must be an object'))
+    for key, workloads in noise.items():
+        if not isinstance(workloads, dict):
+            raise BaselineError(broken(f"{INSTANCE_NOISE}[{key!r}] must be an object"))
+        _validate_lists(workloads, list(workloads), f"{INSTANCE_NOISE}[{key!r}]", broken)
 
+
+def _validate_lists(node: dict[str, Any], parts: Sequence[str], where: str, broken: Any) -> None:
+    """Each ``node[part]`` present is an object of non-empty lists of numbers."""
+    for part in parts:
+        lists = node.get(part, {})
+        if not isinstance(lists, dict):
+            raise BaselineError(broken(f"{where}.{part} must be an object of lists of numbers"))
+        for metric, values in lists.items():
+            if (not isinstance(values, list) or not values
+                    or any(isinstance(v, bool) or not isinstance(v, (int, float)) for v in values)):
+                raise BaselineError(broken(f"{where}.{part}.{metric} is {values!r}, not a non-empty "
+                                           "list of numbers"))

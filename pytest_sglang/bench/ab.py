@@ -53,6 +53,9 @@ class ABResult:
     max_cv_pct: float | None = DEFAULT_MAX_CV_PCT
     comparisons: list[ABComparison] = field(default_factory=list)
     on_check: Callable[[ABComparison], None] | None = None  # what check() does with its outcome (the fixture)
+    same_server: bool = False  # an A/A run: both profiles launch the same server (launch/plan.py's fingerprint)
+    instance_noise: dict[str, list[float]] | None = None  # metric -> recorded A/A runs' log ratios (store.py)
+    noise_hint: str = ""  # how to record those A/A runs, for a check that has too few
     ratio: dict[str, float] = field(init=False)
     ci: dict[str, tuple[float, float] | None] = field(init=False)
     p_value: dict[str, float | None] = field(init=False)
@@ -109,7 +112,8 @@ class ABResult:
         metrics = {k: v for k, v in tolerances.items() if k not in GATE_OPTIONS} or {"output_throughput": "5%"}
         samples = {m: s for m in metrics if (s := self.samples(m)) is not None}
         return compare_ab(self.first, self.second, samples, metrics, bracketed=not self.together,
-                          confidence=confidence, max_cv_pct=max_cv)
+                          confidence=confidence, max_cv_pct=max_cv, instance_noise=self.instance_noise,
+                          noise_hint=self.noise_hint)
 
     def check(self, **tolerances: str | float) -> ABComparison:
         """``judge``, recorded for the report; in a test, fails it on a regression (``"not judged"`` warns)."""
@@ -124,7 +128,7 @@ class ABResult:
         return {"first": self.first, "second": self.second, "together": self.together, "pairs": self.pairs,
                 "order": list(self.order), "ratio": dict(self.ratio),
                 "ci": {m: list(c) if c else None for m, c in self.ci.items()}, "p_value": dict(self.p_value),
-                "confidence": self.confidence, "drift_pct": self.drift_pct,
+                "confidence": self.confidence, "drift_pct": self.drift_pct, "same_server": self.same_server,
                 "rounds": {p: [r.output_throughput for r in rs] for p, rs in self.rounds.items()},
                 "checks": [c.to_dict() for c in self.comparisons],
                 "gate": gate, "gate_reason": reason}
@@ -185,3 +189,16 @@ def _need_rounds(rounds: int) -> None:
 def workload_of(kwargs: Mapping[str, Any]) -> dict[str, Any]:
     """The benchmark arguments of one round: ``rounds`` and ``warmup`` belong to the A/B schedule."""
     return {k: v for k, v in kwargs.items() if k not in ("rounds", "warmup")}
+
+
+def aa_log_ratios(result: ABResult) -> dict[str, float]:
+    """An A/A run's contribution to the instance noise: each metric's log ratio second/first."""
+    return {m: math.log(r) for m, r in result.ratio.items() if r > 0}
+
+
+def noise_hint(first: str, workload: str) -> str:
+    """What to run so that this A/B's checks learn the host's instance noise."""
+    twin = f"{first}-twin"
+    return (f"record A/A runs on this machine: a profile {twin!r} with extends = {first!r} (the same server), a "
+            f"test marked @pytest.mark.sglang_ab({first!r}, {twin!r}) calling sglang_ab with the same arguments "
+            f"({workload}), run with --sglang-profile={first},{twin} --sglang-update-baseline, e.g. nightly")

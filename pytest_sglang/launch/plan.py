@@ -23,11 +23,11 @@ from pytest_sglang.errors import (
     register_secret,
 )
 from pytest_sglang.launch.ports import free_port, url_host
-from pytest_sglang.sim.drift import RUN_ENV
+from pytest_sglang.sim.drift import INSTANCE_ENV, RUN_ENV
 
 SIM_ENV = "PYTEST_SGLANG_SIM"
 SIM_RUN_ENV = RUN_ENV
-SIM_ENVS = (SIM_ENV, SIM_RUN_ENV)  # what a simulated launch adds to the environment
+SIM_ENVS = (SIM_ENV, SIM_RUN_ENV, INSTANCE_ENV)  # what a simulated launch adds to the environment
 PORT_PLACEHOLDER = "{port}"
 # What a simulated run does not need: the simulator loads no model, runs in pytest's own Python and takes
 # no launch command, so an unset ${VAR} in these keys does not stop a --sglang-sim run.
@@ -74,6 +74,7 @@ class LaunchPlan:
     ready_probe_paths: tuple[str, ...]  # asked in turn once the ready line is seen; see Kind.ready_probe_paths
     sim: bool
     fingerprint: str  # of everything that shapes the server; the port only where the profile fixes it
+    server_fingerprint: str = ""  # the same without the port even where fixed: two instances of one server share it
 
     @property
     def base_url(self) -> str:
@@ -126,6 +127,7 @@ def plan_launch(profile: Profile, *, sim: bool, log_dir: Path, startup_timeout: 
     env = {**os.environ, **profile.launch_env}
     if sim:
         env[SIM_ENV] = json.dumps(dict(profile.sim))
+        env[INSTANCE_ENV] = profile.name  # the simulator's instance_drift draws one factor per instance
         if sim_run is not None:
             env[SIM_RUN_ENV] = sim_run
     ready_pattern = profile.ready_pattern if profile.ready_pattern is not None else kind.ready_pattern
@@ -145,6 +147,7 @@ def plan_launch(profile: Profile, *, sim: bool, log_dir: Path, startup_timeout: 
         ready_probe_paths=_probe_paths(profile, kind, health_path),
         sim=sim,
         fingerprint=_fingerprint(profile, kind, unported if profile.port is None else argv, sim),
+        server_fingerprint=_fingerprint(profile, kind, unported, sim),
     )
     problems = launch_problems(plan) if check else []
     if problems:

@@ -9,8 +9,8 @@ crashes reproduce SGLang's real failure modes. `python -m pytest_sglang.sim.repl
 server log through a real process instead.
 
 Modules: config (flags and knobs), logfmt (SGLang's line format), engine (tokens and their schedule), drift
-(the host's speed: a factor per pytest run and a wander within it), server (main process and HTTP), worker
-(scheduler and detokenizer children), replay (log replayer).
+(the host's speed: a factor per pytest run, one per server instance, a wander within the run), server (main
+process and HTTP), worker (scheduler and detokenizer children), replay (log replayer).
 """
 
 from __future__ import annotations

@@ -30,6 +30,7 @@ class Knobs:
     spec_speedup: float = 1.0  # per-request pace multiplier under speculative decoding
     jitter: float = 0.0  # fraction: each benchmark round's pace (decode and TTFT) varies at random by up to this
     session_drift: float = 0.0  # CV of one lognormal speed factor per pytest run, shared by its servers (drift.py)
+    instance_drift: float = 0.0  # CV of one lognormal speed factor per server instance (drift.py)
     wander: float = 0.0  # per minute: the speed's slow random walk within a run, sd of log speed after 1 min
     output_variant: int = 0  # not 0: every output token from the 5th on differs from variant 0's (engine.py)
     output_margin: float = 4.0  # nats each output token leads its runner-up by (the other variant's token)
@@ -88,7 +89,7 @@ def _validate(k: Knobs) -> None:
     num("spec_speedup", True)
     num("jitter", False)
     num("output_margin", False)
-    for name in ("session_drift", "wander"):
+    for name in ("session_drift", "instance_drift", "wander"):
         num(name, False)
         if not math.isfinite(getattr(k, name)):
             raise KnobError(f"{KNOB_ENV}: {name} must be a finite number (0.15: about 15 %), got {getattr(k, name)!r}")

@@ -1,4 +1,5 @@
-"""How fast the simulated host is right now: one speed factor per pytest run, and a slow wander within it.
+"""How fast the simulated host is right now: one speed factor per pytest run, one per server instance, and a
+slow wander within the run.
 
 A real GPU host differs from session to session (docs/gpu.md measured fresh sessions of one server up to 2x
 apart) and drifts within one. Two knobs reproduce that on top of ``decode_tok_s``:
@@ -15,6 +16,12 @@ hands to every simulator it launches: so all servers of one run share one factor
 same wall-clock moment (the two servers of an A/B job drift together, as two servers on one host do), while
 runs differ. PYTEST_SGLANG_SIM_SEED, when set, is the seed: the same seed, the same factor and walk. A
 simulator started without the variable (by hand) draws its own run. ``jitter`` (engine.py) stays per round.
+
+``instance_drift`` (a CV) is what the H200 showed beside that (docs/gpu.md): two instances of one server on
+one host each settle at a speed of their own and keep it. One lognormal factor per server instance, drawn from
+the run's seed and the instance's name (PYTEST_SGLANG_SIM_INSTANCE, the profile name the plugin hands over):
+the two servers of an A/A job then differ, reproducibly under one seed, while a within-job test sees only the
+rounds' jitter and takes the difference for a change.
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ from dataclasses import dataclass
 
 RUN_ENV = "PYTEST_SGLANG_SIM_RUN"
 SEED_ENV = "PYTEST_SGLANG_SIM_SEED"
+INSTANCE_ENV = "PYTEST_SGLANG_SIM_INSTANCE"
 WANDER_STEP_S = 5.0
 
 
@@ -66,12 +74,22 @@ class SimRun:
                            f"unset it to run the simulator by hand), got {raw!r}: {exc}") from None
 
 
-def session_factor(seed: str, cv: float) -> float:
-    """The run's speed multiplier: lognormal, median 1, that CV; the same seed gives the same factor."""
+def lognormal_factor(stream: str, cv: float) -> float:
+    """A speed multiplier: lognormal, median 1, that CV; the same stream gives the same factor."""
     if not cv:
         return 1.0
     sigma = math.sqrt(math.log1p(cv * cv))
-    return math.exp(random.Random(f"{seed}:session_drift").gauss(0.0, sigma))
+    return math.exp(random.Random(stream).gauss(0.0, sigma))
+
+
+def session_factor(seed: str, cv: float) -> float:
+    """The run's speed multiplier, shared by every server of the run."""
+    return lognormal_factor(f"{seed}:session_drift", cv)
+
+
+def instance_factor(seed: str, instance: str, cv: float) -> float:
+    """One server instance's own speed multiplier within the run."""
+    return lognormal_factor(f"{seed}:instance_drift:{instance}", cv)
 
 
 class Wander:
@@ -98,16 +116,18 @@ class Wander:
 
 
 class HostSpeed:
-    """The simulated host's speed multiplier at a moment: the run's factor times the wander there."""
+    """One server's speed multiplier at a moment: the run's factor times the instance's times the wander there."""
 
-    def __init__(self, run: SimRun, session_drift: float, wander: float) -> None:
+    def __init__(self, run: SimRun, session_drift: float, wander: float, instance_drift: float = 0.0,
+                 instance: str | None = None) -> None:
         self.run = run
         self.session = session_factor(run.seed, session_drift)
+        self.instance = instance_factor(run.seed, instance or secrets.token_hex(8), instance_drift)
         self.wander = Wander(run.seed, wander, run.started)
 
     def factor(self, now: float | None = None) -> float:
-        return self.session * self.wander.factor(now)
+        return self.session * self.instance * self.wander.factor(now)
 
     @property
     def drifts(self) -> bool:
-        return self.session != 1.0 or bool(self.wander.per_minute)
+        return self.session != 1.0 or self.instance != 1.0 or bool(self.wander.per_minute)

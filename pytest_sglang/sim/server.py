@@ -26,7 +26,7 @@ from types import FrameType
 from typing import Any
 
 from pytest_sglang.sim.config import KNOB_ENV, KnobError, Knobs, ServerArgs, load_knobs, parse_args
-from pytest_sglang.sim.drift import HostSpeed, RunError, SimRun
+from pytest_sglang.sim.drift import INSTANCE_ENV, HostSpeed, RunError, SimRun
 from pytest_sglang.sim.engine import (
     Engine,
     Pacing,
@@ -71,7 +71,8 @@ class SimServer:
             accept_length=knobs.accept_length if args.speculative else None,
             spec_speedup=knobs.spec_speedup,
         )
-        self.host_speed = HostSpeed(run, knobs.session_drift, knobs.wander)
+        self.host_speed = HostSpeed(run, knobs.session_drift, knobs.wander, knobs.instance_drift,
+                                    os.environ.get(INSTANCE_ENV))
         self.engine = Engine(self.pacing, knobs.max_batch, jitter=knobs.jitter, host_speed=self.host_speed.factor)
         self.metrics = Metrics(fmt=knobs.metrics_format, model=args.served_model_name, skew=knobs.metrics_skew,
                                load=lambda: (self.engine.running, self.engine.queued), max_batch=knobs.max_batch)
@@ -96,6 +97,9 @@ class SimServer:
             self.log.line(f"sim host speed: session factor {self.host_speed.session:.4f} "
                           f"(session_drift {self.knobs.session_drift}, wander {self.knobs.wander} per minute, "
                           f"seed {self.host_speed.run.seed})")
+        if self.knobs.instance_drift:
+            self.log.line(f"sim host speed: instance factor {self.host_speed.instance:.4f} "
+                          f"(instance_drift {self.knobs.instance_drift}, instance {os.environ.get(INSTANCE_ENV)})")
         try:
             self.bind()
         except OSError as exc:
