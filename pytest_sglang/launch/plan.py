@@ -74,7 +74,9 @@ class LaunchPlan:
     ready_probe_paths: tuple[str, ...]  # asked in turn once the ready line is seen; see Kind.ready_probe_paths
     sim: bool
     fingerprint: str  # of everything that shapes the server; the port only where the profile fixes it
-    server_fingerprint: str = ""  # the same without the port even where fixed: two instances of one server share it
+    # The same without the port even where fixed, nor the placement (gpus, cpus): two instances of one server share
+    # it, wherever each runs.
+    server_fingerprint: str = ""
 
     @property
     def base_url(self) -> str:
@@ -147,7 +149,7 @@ def plan_launch(profile: Profile, *, sim: bool, log_dir: Path, startup_timeout: 
         ready_probe_paths=_probe_paths(profile, kind, health_path),
         sim=sim,
         fingerprint=_fingerprint(profile, kind, unported if profile.port is None else argv, sim),
-        server_fingerprint=_fingerprint(profile, kind, unported, sim),
+        server_fingerprint=_fingerprint(profile, kind, unported, sim, placement=False),
     )
     problems = launch_problems(plan) if check else []
     if problems:
@@ -201,14 +203,15 @@ def _probe_paths(profile: Profile, kind: Kind, health_path: str | None) -> tuple
     return tuple(dict.fromkeys(p for p in (*kind.ready_probe_paths, health_path) if p))
 
 
-def _fingerprint(profile: Profile, kind: Kind, argv: list[str], sim: bool) -> str:
+def _fingerprint(profile: Profile, kind: Kind, argv: list[str], sim: bool, *, placement: bool = True) -> str:
     from pytest_sglang import __version__
 
     shape: dict[str, object] = {
-        "kind": kind.name, "argv": argv, "env": profile.launch_env, "sim": dict(profile.sim) if sim else None,
+        "kind": kind.name, "argv": argv, "env": profile.launch_env if placement else dict(profile.env),
+        "sim": dict(profile.sim) if sim else None,
         "ready_pattern": profile.ready_pattern, "health_path": profile.health_path, "plugin": __version__,
     }
-    if profile.cpus is not None:
+    if placement and profile.cpus is not None:
         shape["cpus"] = list(profile.cpus)
     # A digest, not the values: the fingerprint is stored on disk and the args may hold an --api-key.
     return hashlib.sha256(json.dumps(shape, sort_keys=True).encode()).hexdigest()

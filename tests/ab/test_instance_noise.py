@@ -86,10 +86,14 @@ def test_two_profiles_of_one_server_share_the_server_fingerprint(tmp_path: Path)
     (tmp_path / "pyproject.toml").write_text(
         "[tool.pytest_sglang.profiles.main]\nmodel = 'm'\nargs = ['--tp', '1']\n"
         "[tool.pytest_sglang.profiles.twin]\nmodel = 'm'\nargs = ['--tp', '1']\nport = 31999\n"
+        "[tool.pytest_sglang.profiles.placed]\nmodel = 'm'\nargs = ['--tp', '1']\ngpus = [1]\ncpus = '0'\n"
         "[tool.pytest_sglang.profiles.capped]\nmodel = 'm'\nargs = ['--tp', '1', '--max-running-requests', '12']\n")
     profiles = load_profiles(tmp_path, None).profiles
-    plans = {n: plan_launch(profiles[n], sim=True, log_dir=tmp_path) for n in ("main", "twin", "capped")}
+    plans = {n: plan_launch(profiles[n], sim=True, log_dir=tmp_path) for n in ("main", "twin", "placed", "capped")}
     assert plans["main"].server_fingerprint == plans["twin"].server_fingerprint
+    # Where an instance runs (its GPUs, its cores) does not make it another server; it does make another reuse.
+    assert plans["main"].server_fingerprint == plans["placed"].server_fingerprint
+    assert plans["main"].fingerprint != plans["placed"].fingerprint
     assert plans["main"].fingerprint != plans["twin"].fingerprint  # a fixed port is part of the reuse fingerprint
     assert plans["main"].server_fingerprint != plans["capped"].server_fingerprint
     assert plans["twin"].env["PYTEST_SGLANG_SIM_INSTANCE"] == "twin"
