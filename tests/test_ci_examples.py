@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from helpers import REPO
 
-from pytest_sglang.settings import OPTIONS
+from pytest_sglang.plugin.settings import OPTIONS
 
 CI = REPO / "examples" / "ci"
 WORKFLOW = CI / "github-gpu.yml"

@@ -12,8 +12,8 @@ import pytest
 
 # What the entry point itself needs: options, hooks, the session ledger (its records load with the first server).
 ENTRY_MODULES = {
-    "pytest_sglang", "pytest_sglang.distributed", "pytest_sglang.errors", "pytest_sglang.measure",
-    "pytest_sglang.nodes", "pytest_sglang.plugin", "pytest_sglang.session", "pytest_sglang.settings",
+    "pytest_sglang", "pytest_sglang.plugin.distributed", "pytest_sglang.errors", "pytest_sglang.plugin.measure",
+    "pytest_sglang.plugin.nodes", "pytest_sglang.plugin", "pytest_sglang.session", "pytest_sglang.plugin.settings",
 }
 HEAVY = {"requests", "urllib3", "psutil", "filelock", "tomllib", "asyncio", "http.client"}
 
@@ -47,6 +47,6 @@ def test_a_run_that_uses_no_server_loads_nothing_more(pytester: pytest.Pytester)
     heavy = next(line for line in result.outlines if line.startswith("HEAVY")).split()[1:]
     # The fixtures register at the start; the environment knobs are checked there (a bad one is a usage error);
     # the plugin holds the (empty) pool of servers that A/B tests keep alive together.
-    assert set(modules) == ENTRY_MODULES | {"pytest_sglang.fixtures", "pytest_sglang.envknobs",
+    assert set(modules) == ENTRY_MODULES | {"pytest_sglang.plugin.fixtures", "pytest_sglang.envknobs",
                                             "pytest_sglang.server", "pytest_sglang.server.pool"}
     assert not heavy, f"a run without a server loaded {heavy}"

@@ -10,6 +10,11 @@ a server and returns a :class:`BenchResult`. One module per job:
 * ``prompts``: prompts of an exact token length (``make_prompts``, ``load_tokenizer``);
 * ``metrics``: ``RequestRecord``, ``BenchResult``, ``compute_metrics``, ``percentile`` (the definitions);
   ``combine_rounds`` and ``Spread`` (rounds: medians and spread);
+* ``answers``: the shapes of what ``/generate`` and the OpenAI APIs answer, read in one place;
+* ``vocab``: which token ids the model has, learned before any id is sent;
+* ``selfcheck``: is the client the bottleneck of this round; ``server_metrics``: the server's /metrics as a witness;
+* ``outputs``: greedy outputs of a fixed prompt set, compared across profiles;
+* ``ab``: two profiles' rounds of one workload, in an order that lets the host's drift cancel;
 * ``slo``: ``meets_slo`` and ``check_slo``: per-request limits, for goodput;
 * ``runner``: ``run_bench`` (warmup, rounds, concurrency, Poisson arrivals) and ``expected_throughput``;
 * ``telemetry``: the server's GPUs (NVML or nvidia-smi) and its /metrics gauges sampled during each round,

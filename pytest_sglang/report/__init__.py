@@ -3,6 +3,10 @@
 Knows nothing about pytest: it reads the session ledger (startup records, benchmark results, baseline
 comparisons) when the plugin asks for the report at the end. The JSON schema is documented in docs/report-schema.md.
 
+    build.py       the JSON report, written atomically;  junit.py  its figures as junitxml properties
+    tables.py      the terminal summary, the step-summary markdown, the gate lines
+    html.py        the HTML page;  timeseries.py  a benchmark's telemetry as SVG panels over time
+
 Every benchmark carries a ``gate`` (baseline/checks.py ``gate_of``): ``passed``, ``regressed``, ``not-judged``
 (failed requests, a client-bound run, too noisy to judge, no baseline; with ``gate_reason``), ``recorded``, or
 null when nothing was checked; a profile whose server could not start is ``not-judged`` too. The report's

@@ -9,6 +9,7 @@
     shared.py   SharedServers: one launch for every pytest-xdist worker of a run
     remote.py   a server on an ssh host;  slurm.py  a server across SLURM nodes
     pool.py     ServerPool: the servers an A/B test needs alive at once
+    url.py      what --sglang-url may name
 
 The names load on first use: the plugin is imported by every pytest run where it is installed, and these
 modules (with the watcher, the launcher, requests and psutil) only a run that uses a server needs.

@@ -8,12 +8,12 @@ from typing import cast
 import pytest
 
 from pytest_sglang.config import Profile
-from pytest_sglang.distributed import WORKER_OUTPUT, ControllerRun
 from pytest_sglang.errors import PluginError
+from pytest_sglang.plugin.distributed import WORKER_OUTPUT, ControllerRun
+from pytest_sglang.plugin.settings import Settings
 from pytest_sglang.server.record import StartupRecord
 from pytest_sglang.server.source import Asked, server_source
 from pytest_sglang.session import SessionLedger
-from pytest_sglang.settings import Settings
 
 PROFILES = """
 [tool.pytest_sglang.profiles.here]

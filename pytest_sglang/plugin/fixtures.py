@@ -1,7 +1,7 @@
 """The fixtures: ``sglang_server``, ``sglang_bench``, ``sglang_outputs``, ``sglang_baseline``, ``sglang_results``,
 ``sglang_ab``.
 
-Registered through plugin.py (which imports them); each hands its work to the session's SGLangPlugin.
+Registered through the package (its ``pytest_plugins``); each hands its work to the session's SGLangPlugin.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_sglang.errors import PluginError, ResultNotFoundError, ServerError
-from pytest_sglang.nodes import fail_with
 from pytest_sglang.plugin import SGLangPlugin, plugin_of
+from pytest_sglang.plugin.nodes import fail_with
 from pytest_sglang.session import BenchEntry
 
 RESULT_WAIT_SECONDS = 600.0  # how long a comparison waits for a result another xdist worker is measuring

@@ -2,6 +2,13 @@
 
 One plugin object, :class:`SGLangPlugin`, holds the session: the selected profiles, the live server, and the
 session ledger that the summary and the report read.
+
+    fixtures.py     sglang_server, sglang_bench, sglang_outputs, sglang_baseline, sglang_results, sglang_ab
+    measure.py      what sglang_bench and sglang_baseline do: run, record and publish a benchmark, check a baseline
+    settings.py     every option and its help text, once; the Settings read from them
+    show.py         --sglang-show
+    distributed.py  pytest-xdist: run folder to the workers, their ledgers back to the controller
+    nodes.py        node id -> test id, a failure showing the plugin's message alone
 """
 
 from __future__ import annotations
@@ -15,19 +22,19 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_sglang import distributed
 from pytest_sglang.errors import PluginError, ServerDiedError
-from pytest_sglang.measure import Measurements
-from pytest_sglang.nodes import fail_with
+from pytest_sglang.plugin import distributed
+from pytest_sglang.plugin.measure import Measurements
+from pytest_sglang.plugin.nodes import fail_with
+from pytest_sglang.plugin.settings import Settings, add_options, sim_without_profile
 from pytest_sglang.session import SessionLedger
-from pytest_sglang.settings import Settings, add_options, sim_without_profile
 
 if TYPE_CHECKING:
     from pytest_sglang.config.profiles import Profile, ProfileSet
     from pytest_sglang.launch.plan import LaunchPlan
     from pytest_sglang.server import ServerHandle, StartupRecord
 
-pytest_plugins = ("pytest_sglang.fixtures",)
+pytest_plugins = ("pytest_sglang.plugin.fixtures",)
 
 PLUGIN_NAME = "sglang-session"  # "sglang" is this module, registered by the entry point
 DEFERRED_TIMEOUT = pytest.StashKey[Any]()  # pytest-timeout settings held back until the server is ready
@@ -50,7 +57,7 @@ def pytest_configure(config: pytest.Config) -> None:
 @pytest.hookimpl(tryfirst=True)
 def pytest_cmdline_main(config: pytest.Config) -> int | None:
     if config.getoption("sglang_show"):
-        from pytest_sglang.show import show_profiles
+        from pytest_sglang.plugin.show import show_profiles
 
         return show_profiles(Settings.from_config(config), print)
     if not config.getoption("sglang_stop"):

@@ -30,7 +30,7 @@ from pytest_sglang.launch.plan import (
     plan_launch,
     register_profile_secrets,
 )
-from pytest_sglang.settings import Settings
+from pytest_sglang.plugin.settings import Settings
 
 USAGE_ERROR = 4  # pytest.ExitCode.USAGE_ERROR
 PREFIX = "pytest-sglang --sglang-show:"

@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 if TYPE_CHECKING:
+    from pytest_sglang.plugin.settings import Settings
     from pytest_sglang.server.shared import SharedServers
     from pytest_sglang.session import SessionLedger
-    from pytest_sglang.settings import Settings
 
 WORKER_INPUT = "sglang_shared"
 WORKER_SIM_RUN = "sglang_sim_run"  # the controller's SimRun (sim/drift.py): one drift for every worker's servers

@@ -8,18 +8,18 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_sglang.nodes import fail_with, strip_param
+from pytest_sglang.plugin.nodes import fail_with, strip_param
 
 if TYPE_CHECKING:
     from pytest_sglang.baseline import BaselineChecker, Comparison
     from pytest_sglang.baseline.engine import ABComparison
     from pytest_sglang.bench import BenchResult
     from pytest_sglang.bench.ab import ABResult
+    from pytest_sglang.plugin.settings import Settings
     from pytest_sglang.server import ServerHandle
     from pytest_sglang.server.pool import ServerPool
     from pytest_sglang.server.shared import SharedServers
     from pytest_sglang.session import SessionLedger
-    from pytest_sglang.settings import Settings
 
 
 class Measurements:
