@@ -4,8 +4,8 @@
     process.py  ServerProcess: own session, log file, group kill, owner-token sweep
     ports.py    free ports, a busy port refused, waiting for release
     reaper.py   `python -m pytest_sglang.launch.reaper`: kills the tree if pytest itself dies
-release.py  a stopped server lets go of its GPUs and port;  members.py  the tree's members, who died first
-gpus.py     who holds GPU memory, what each GPU reads now;  logdir.py  private logs, old ones pruned
-remote.py   an ssh host (remote_agent.py runs there, ssh_errors.py reads ssh's stderr)
-slurm.py    the srun step over SLURM nodes
+    release.py  a stopped server lets go of its GPUs and port;  members.py  the tree's members, who died first
+    gpus.py     who holds GPU memory, what each GPU reads now;  logdir.py  private logs, old ones pruned
+    remote.py   an ssh host (remote_agent.py runs there, ssh_errors.py reads ssh's stderr)
+    slurm.py    the srun step over SLURM nodes
 """
