@@ -56,9 +56,17 @@ NodeName=node[1-2] Name=gpu File=$DIR/fakegpu[0-1]
 CONF
 }
 
-alive() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
+# A daemon killed outright stays a zombie where the init process does not reap (this machine's), and kill -0
+# succeeds on a zombie: only a process in any other state is alive.
+alive() {
+  [ -f "$1" ] || return 1
+  local state
+  state=$(ps -o stat= -p "$(cat "$1")" 2>/dev/null) || return 1
+  [ -n "$state" ] && [ "${state:0:1}" != Z ]
+}
 
-idle() { [ "$(sinfo -h -N -o '%t' 2>/dev/null | grep -c '^idle')" = 2 ]; }
+# Bounded: with no controller up, each client call would wait out its own message timeout.
+idle() { [ "$(timeout 5 sinfo -h -N -o '%t' 2>/dev/null | grep -c '^idle')" = 2 ]; }
 
 start() {
   install || { say "cannot install slurmctld/slurmd/slurm-client: tests/slurm/ will skip"; return 1; }
@@ -70,15 +78,15 @@ start() {
   for _ in $(seq 60); do
     if idle; then say "up: $(sinfo -h -N -o '%N %t' | tr '\n' ' ')"; return 0; fi
     # a node left down/drained by an earlier session comes back on request
-    scontrol update nodename=node[1-2] state=resume >/dev/null 2>&1 || true
+    timeout 5 scontrol update nodename=node[1-2] state=resume >/dev/null 2>&1 || true
     sleep 0.5
   done
-  say "the nodes did not come up idle within 30 s: $(sinfo -N 2>&1 | tr '\n' ' '); see $DIR/*.log"
+  say "the nodes did not come up idle within 30 s: $(timeout 5 sinfo -N 2>&1 | tr '\n' ' '); see $DIR/*.log"
   return 1
 }
 
 stop() {
-  scancel --user=root 2>/dev/null || true
+  timeout 5 scancel --user=root 2>/dev/null || true
   for f in "$DIR"/slurmd-node1.pid "$DIR"/slurmd-node2.pid "$DIR"/slurmctld.pid; do
     if alive "$f"; then kill "$(cat "$f")"; fi
   done
