@@ -71,7 +71,8 @@ idle() { [ "$(timeout 5 sinfo -h -N -o '%t' 2>/dev/null | grep -c '^idle')" = 2 
 start() {
   install || { say "cannot install slurmctld/slurmd/slurm-client: tests/slurm/ will skip"; return 1; }
   write_conf
-  alive "$DIR/slurmctld.pid" || slurmctld -f "$CONF"
+  # -c: a test cluster starts with no jobs recovered from an earlier session's state (the tests expect an empty queue)
+  alive "$DIR/slurmctld.pid" || slurmctld -c -f "$CONF"
   for n in node1 node2; do
     alive "$DIR/slurmd-$n.pid" || unshare --uts sh -c "hostname $n; exec slurmd -f '$CONF'"
   done
