@@ -71,15 +71,6 @@ def check_port_free(host: str, port: int, health_path: str | None) -> None:
     )
 
 
-def wait_port_free(host: str, port: int, timeout: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if not port_is_open(host, port, timeout=0.2):
-            return True
-        time.sleep(0.1)
-    return False
-
-
 def listeners(port: int) -> list[psutil.Process]:
     """The processes listening on a TCP port, where this user may see them (empty when none can be seen)."""
     found: dict[int, psutil.Process] = {}
