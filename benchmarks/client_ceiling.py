@@ -79,6 +79,15 @@ def start_sims(count: int, knobs: dict[str, Any], workdir: Path) -> tuple[list[s
     return procs, url
 
 
+def stop_sims(procs: list[subprocess.Popen[bytes]]) -> None:
+    for proc in procs:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait()
+
+
 def run_sglang(python: str, url: str, tokenizer: str, *, n: int, c: int, input_len: int, output_len: int,
                workdir: Path) -> float | None:
     """`python -m sglang.bench_serving --backend sglang` (native /generate, random-ids prompts), as

@@ -35,6 +35,7 @@ from pytest_sglang.sim.engine import (
 from pytest_sglang.sim.handler import VERSION, WARMUP_HEADER, Handler
 from pytest_sglang.sim.logfmt import Logger, rank_prefix
 from pytest_sglang.sim.metrics import Metrics
+from pytest_sglang.sim.trace import RequestTrace
 
 
 class SimHTTPServer(ThreadingHTTPServer):
@@ -44,6 +45,11 @@ class SimHTTPServer(ThreadingHTTPServer):
     request_queue_size = 1024
     sim: SimServer
     share_port = False  # the reuse_port knob: SO_REUSEPORT, several simulators splitting one port's connections
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if self.sim.trace is not None:  # the connection's accept time, for its first request's trace line
+            self.sim.trace.accepted(client_address)
+        super().process_request(request, client_address)
 
     def server_bind(self) -> None:
         if self.share_port:
@@ -76,6 +82,7 @@ class SimServer:
         self.engine = Engine(self.pacing, knobs.max_batch, jitter=knobs.jitter, host_speed=self.host_speed.factor)
         self.metrics = Metrics(fmt=knobs.metrics_format, model=args.served_model_name, skew=knobs.metrics_skew,
                                load=lambda: (self.engine.running, self.engine.queued), max_batch=knobs.max_batch)
+        self.trace = RequestTrace(knobs.request_trace) if knobs.request_trace else None
         self.ready = threading.Event()
         self.http_up = False
         self.children: list[subprocess.Popen[bytes]] = []
@@ -352,4 +359,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"pytest_sglang.sim: {exc}", file=sys.stderr, flush=True)
         return 2
     args = parse_args(argv, knobs)
-    return SimServer(args, knobs, run).run()
+    try:
+        server = SimServer(args, knobs, run)
+    except OSError as exc:
+        print(f"pytest_sglang.sim: request_trace: cannot write {knobs.request_trace!r} ({exc.strerror}): "
+              "give a path in a writable folder", file=sys.stderr, flush=True)
+        return 2
+    return server.run()
