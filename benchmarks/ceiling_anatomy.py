@@ -22,6 +22,7 @@ times. The run's shortfall against the paced tok/s (``expected_throughput``) is 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import statistics
 import sys
@@ -38,6 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from client_ceiling import start_sims, stop_sims  # noqa: E402
 
 from pytest_sglang.bench import expected_throughput, run_bench  # noqa: E402
+from pytest_sglang.bench.stream import ConnectionPool  # noqa: E402
 from pytest_sglang.sim.trace import read_trace  # noqa: E402
 
 
@@ -95,6 +97,28 @@ def anatomy(result: Any, trace: list[dict[str, Any]], *, concurrency: int, waves
     return out
 
 
+def connect_burst(url: str, c: int) -> dict[str, float]:
+    """Our client's own cost of a first wave's connections, without a request: ``c`` connections opened at once
+    through its ConnectionPool, the mean and last time until each is usable (the simulator only accepts them)."""
+
+    async def burst() -> list[float]:
+        pool = ConnectionPool(url)
+        t0 = time.perf_counter()
+
+        async def one() -> tuple[float, Any]:
+            conn, _ = await pool.acquire()
+            return time.perf_counter() - t0, conn
+
+        done = await asyncio.gather(*(one() for _ in range(c)))
+        for _, conn in done:
+            pool.release(conn, True)
+        await pool.close()
+        return [t for t, _ in done]
+
+    times = asyncio.run(burst())
+    return {"burst_connect_mean_ms": 1000 * statistics.fmean(times), "burst_connect_last_ms": 1000 * max(times)}
+
+
 def run_level(url: str, trace_path: Path, sim_pid: int, *, c: int, args: argparse.Namespace) -> dict[str, Any]:
     n = c * args.waves
     paced = expected_throughput(num_requests=n, concurrency=c, output_len=args.output_len,
@@ -106,9 +130,11 @@ def run_level(url: str, trace_path: Path, sim_pid: int, *, c: int, args: argpars
         result = run_bench(url, num_requests=n, concurrency=c, input_len=args.input_len, output_len=args.output_len,
                            warmup=1, telemetry=False, client_processes=args.client_processes)
         sim_busy = (sum(sim_proc.cpu_times()[:2]) - cpu0) / (time.perf_counter() - wall0)
+        time.sleep(0.2)  # a trace line is written just after its answer: the last ones may not be there yet
         one = anatomy(result, read_trace(trace_path), concurrency=c, waves=args.waves, output_len=args.output_len,
                       ttft_s=args.ttft_ms / 1000, decode_tok_s=args.decode_tok_s)
         one.update(tok_s=result.output_throughput, client_busy=result.client_busy or 0.0, sim_busy=sim_busy)
+        one.update(connect_burst(url, c))
         runs.append(one)
         time.sleep(0.2)
     median = {key: statistics.median(r[key] for r in runs) for key in runs[0]}
@@ -119,7 +145,7 @@ COLUMNS = ("ratio", "lost_per_request_share", "lost_edges_share", "latency_exces
            "tail_ms", "sim_decode_ms", "sim_tail_ms", "first_wave_start_spread_ms", "edges_ms", "w1_ttft_ms",
            "w1_trip_ms", "w1_to_accept_ms", "w1_accept_to_read_ms", "w1_parse_ms", "w1_sim_first_ms",
            "w1_delivery_ms", "later_ttft_ms", "later_trip_ms", "later_parse_ms", "later_sim_first_ms",
-           "later_delivery_ms", "client_busy", "sim_busy")
+           "later_delivery_ms", "burst_connect_mean_ms", "burst_connect_last_ms", "client_busy", "sim_busy")
 
 
 def main() -> int:
