@@ -3,9 +3,10 @@
 ``ThreadingHTTPServer`` starts a thread per accepted connection in its accept loop, and ``Thread.start`` waits
 for the new thread to run: under a burst of connects (a benchmark's first wave opens one per request) every
 connection queues behind the start of the ones before it, about 0.3 ms each on a loaded 2-core machine, which
-the client counts in its time to first token (benchmarks/ceiling_anatomy.py measured 5 to 11 ms on average at
-16 and 32 connections). Here the accept loop only queues the connection; one of the threads started
-beforehand takes it, and a spawner thread keeps ``SPARE`` of them idle. A thread serves one connection to
+the client counts in its time to first token (the request_trace knob's accept times: 5 to 11 ms after the
+client's start on average, for a first wave of 16 and 32 connections). Here the accept loop only queues the
+connection; one of the threads started beforehand takes it, and a spawner thread keeps ``SPARE`` of them
+idle. A thread serves one connection to
 its end, then waits for the next: the pool keeps the size of the largest burst it has seen.
 """
 
