@@ -35,7 +35,6 @@ from pytest_sglang.sim.engine import (
 from pytest_sglang.sim.handler import VERSION, WARMUP_HEADER, Handler
 from pytest_sglang.sim.logfmt import Logger, rank_prefix
 from pytest_sglang.sim.metrics import Metrics
-from pytest_sglang.sim.pool import HandlerPool
 from pytest_sglang.sim.trace import RequestTrace
 
 
@@ -47,12 +46,10 @@ class SimHTTPServer(ThreadingHTTPServer):
     sim: SimServer
     share_port = False  # the reuse_port knob: SO_REUSEPORT, several simulators splitting one port's connections
 
-    handlers: HandlerPool
-
     def process_request(self, request: Any, client_address: Any) -> None:
         if self.sim.trace is not None:  # the connection's accept time, for its first request's trace line
             self.sim.trace.accepted(client_address)
-        self.handlers.hand(request, client_address)
+        super().process_request(request, client_address)
 
     def server_bind(self) -> None:
         if self.share_port:
@@ -153,7 +150,6 @@ class SimServer:
         cls.share_port = self.knobs.reuse_port
         self.httpd = cls((self.args.host, self.args.port), Handler)
         self.httpd.sim = self
-        self.httpd.handlers = HandlerPool(self.httpd.process_request_thread, ready=min(self.knobs.max_batch, 1024))
 
     def join_nodes(self) -> None:
         """Rank 0 waits for every other node to connect to --dist-init-addr before it loads (torch's TCPStore

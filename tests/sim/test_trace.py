@@ -1,5 +1,4 @@
-"""The request_trace knob (the simulator's own timestamps of each streamed request, on the client's clock) and
-the handler threads that serve a burst of connections (pool.py)."""
+"""The request_trace knob: the simulator's own timestamps of each streamed request, on the client's clock."""
 
 from __future__ import annotations
 
@@ -12,7 +11,6 @@ import pytest
 import requests
 from simtools import Sim, sse_events
 
-from pytest_sglang.bench import run_bench
 from pytest_sglang.sim.trace import read_trace
 
 Launch = Callable[..., Sim]
@@ -58,11 +56,3 @@ def test_bad_trace_path_is_reported(launch: Launch, value: object, says: str) ->
     assert says in sim.text(), sim.text()
     assert json.dumps(value) in sim.text() or repr(value) in sim.text()
 
-
-def test_a_burst_beyond_the_started_handler_threads_is_served(launch: Launch) -> None:
-    # max_batch 2: two handler threads start with the server; 24 connections at once need the spawner's.
-    sim = launch({"startup_seconds": 0.2, "decode_tok_s": 500.0, "max_batch": 2})
-    sim.wait_ready()
-    result = run_bench(f"http://127.0.0.1:{sim.port}", num_requests=24, concurrency=24, input_len=4, output_len=3,
-                       warmup=0, telemetry=False)
-    assert result.completed == 24 and result.failed == 0, result.summary()
