@@ -55,4 +55,3 @@ def test_bad_trace_path_is_reported(launch: Launch, value: object, says: str) ->
     assert sim.proc.wait(10) == 2
     assert says in sim.text(), sim.text()
     assert json.dumps(value) in sim.text() or repr(value) in sim.text()
-
