@@ -10,6 +10,8 @@ too slow) measures less than the pacing: the bottleneck is then the client, not 
     python benchmarks/client_ceiling.py --vllm-python /work/venvs/vllm/bin/python --tokenizer PATH
     python benchmarks/client_ceiling.py --levels 64,256,1024 --decode-tok-s 200 --client-processes 1,8 \
         --sim-processes 6 --sglang-python python3 --tokenizer PATH      # the H200 host's 16 cores
+    PYTHONPATH=.whl-vllm python3 benchmarks/client_ceiling.py --vllm-python python3 ...  # vllm's client, packed
+        without the engine by benchmarks/gpu_h200/pack_vllm_client.py (a host with no vllm)
 
 `--client-processes 1,8`: our client once per process count at every level (bench/spread.py; 1 is one event
 loop). `--tokenizer` is a local Hugging Face tokenizer folder; the peers need one for their random prompts.
