@@ -1,7 +1,7 @@
 """Pack `vllm bench serve`'s client (vllm.benchmarks.serve, random dataset, OpenAI /v1/completions) into a slim,
 pure-Python tree that runs on the lent H200 host, which has no vllm and no network.
 
-    python benchmarks/gpu_h200/pack_vllm_client.py --vllm-python /work/cache/servers/vllm/bin/python
+    python benchmarks/gpu_h200/pack_vllm_client.py --vllm-python DEST/vllm/bin/python   # .ci/install-servers.sh's
     # then, on the host: PYTHONPATH=$PWD/.whl-vllm python3 benchmarks/client_ceiling.py --vllm-python python3 ...
 
 The real vLLM wheel is hundreds of MB and its package __init__, platform detection and config modules pull in
@@ -10,7 +10,7 @@ torch, pydantic, msgspec, zmq and vllm._C; the benchmark client needs none of th
   datasets/, lib/, and the small helpers they import: envs, logger, tokenizers, repo_utils, ...);
 - STUBS: a few modules written here in place of vllm's, each saying why: package __init__ files that would
   start the engine, names the random dataset never reaches (LoRA, audio/image fetching) as placeholders that
-  raise NotInSlimClient when used, and single functions copied verbatim out of a heavy module (EXCERPTS);
+  raise NotInSlimClient when used, and single functions copied verbatim out of a heavy module (excerpts);
 - pybase64's pure-Python fallback (the image lacks pybase64; its C extension is left out, and pybase64 falls
   back to its own pure-Python code), from the wheel fetched with the device README's `pip download` recipe.
 No .so file is copied. The tree's size is printed at the end.
@@ -117,14 +117,22 @@ class PackError(Exception):
     pass
 
 
+def ask(python: str, code: str) -> str | None:
+    """What ``code`` prints under ``python``, or None where it fails."""
+    try:
+        proc = subprocess.run([python, "-c", code], capture_output=True, text=True, check=False, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise PackError(f"cannot run {python}: {exc}") from exc
+    return proc.stdout.strip() if proc.returncode == 0 else None
+
+
 def vllm_site(python: str) -> Path:
     """The folder holding vllm's package, found without importing vllm (that would start its engine)."""
-    code = "import importlib.util; print(importlib.util.find_spec('vllm').submodule_search_locations[0])"
-    proc = subprocess.run([python, "-c", code], capture_output=True, text=True, check=False)
-    if proc.returncode != 0:
-        raise PackError(f"{python} has no vllm package ({proc.stderr.strip()[-300:]}): pass --vllm-python with "
-                        "the interpreter of a venv where vllm is installed")
-    return Path(proc.stdout.strip()).parent
+    found = ask(python, "import importlib.util; print(importlib.util.find_spec('vllm').submodule_search_locations[0])")
+    if not found:
+        raise PackError(f"{python} has no vllm package: pass --vllm-python with the interpreter of a venv where "
+                        "vllm is installed")
+    return Path(found).parent
 
 
 def source_of(site: Path, module: str) -> Path:
@@ -133,10 +141,6 @@ def source_of(site: Path, module: str) -> Path:
         if candidate.is_file():
             return candidate
     raise PackError(f"{module} not found under {site}: is this the vllm the client was packed against?")
-
-
-def target_of(out: Path, site: Path, module: str) -> Path:
-    return out / source_of(site, module).relative_to(site)
 
 
 def bound_names(node: ast.stmt) -> set[str]:
@@ -150,7 +154,8 @@ def bound_names(node: ast.stmt) -> set[str]:
 
 
 def excerpt(source: str, names: tuple[str, ...]) -> str:
-    """``names`` and every top-level statement they use (imports, helpers, constants), verbatim, in file order."""
+    """``names`` and every top-level statement they use (imports, helpers, constants), verbatim: the imports first,
+    then the rest, each in file order."""
     tree = ast.parse(source)
     by_name = {name: stmt for stmt in tree.body for name in bound_names(stmt)}
     conditional = {name for stmt in tree.body if isinstance(stmt, (ast.If, ast.Try))
@@ -221,11 +226,10 @@ def pack_vllm(site: Path, out: Path) -> dict[str, str]:
 
 
 def installed_version(python: str, dist: str) -> str:
-    code = f"import importlib.metadata as m; print(m.version({dist!r}))"
-    proc = subprocess.run([python, "-c", code], capture_output=True, text=True, check=False)
-    if proc.returncode != 0:
-        raise PackError(f"{dist} is not installed beside vllm in {python}: install it there, or pass --no-wheels")
-    return proc.stdout.strip()
+    version = ask(python, f"import importlib.metadata as m; print(m.version({dist!r}))")
+    if not version:
+        raise PackError(f"{dist} is not installed beside vllm in {python}: vllm's datasets module needs it")
+    return version
 
 
 PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64",
@@ -249,32 +253,52 @@ def pack_pybase64(python: str, out: Path) -> str:
         return wheels[0].name
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--vllm-python", required=True, help="interpreter of a venv with vllm installed")
-    ap.add_argument("--out", default=".whl-vllm", help="the slim tree (replaced; default .whl-vllm)")
-    args = ap.parse_args()
-    out = Path(args.out)
-    try:
-        site = vllm_site(args.vllm_python)
-        if out.exists():
-            shutil.rmtree(out)
-        made = pack_vllm(site, out)
-        wheel = pack_pybase64(args.vllm_python, out)
-    except PackError as exc:
-        print(f"pack_vllm_client: {exc}", file=sys.stderr)
-        return 2
+def replace_tree(out: Path, built: Path) -> None:
+    """Puts the new tree in place of an earlier slim tree, and of nothing else."""
+    if out.exists() and any(out.iterdir()):
+        if not (out / "SLIM-MANIFEST.json").is_file():
+            raise PackError(f"{out} exists and is not a slim tree (no SLIM-MANIFEST.json): pass another --out, or "
+                            "remove it yourself")
+        shutil.rmtree(out)
+    elif out.exists():
+        out.rmdir()
+    built.rename(out)
+
+
+def build(python: str, out: Path) -> str:
+    """Writes the tree to ``out``; returns vllm's version."""
+    site = vllm_site(python)
+    made = pack_vllm(site, out)
+    wheel = pack_pybase64(python, out)
     version = runpy.run_path(str(out / "vllm/_version.py"))["__version__"]
     manifest = {"vllm": version, "source": str(site / "vllm"), "pybase64": wheel, "files": made}
     (out / "SLIM-MANIFEST.json").write_text(json.dumps(manifest, indent=1) + "\n")
-    files = [p for p in out.rglob("*") if p.is_file()]
-    compiled = [str(p) for p in files if p.suffix in (".so", ".pyd")]
+    compiled = [str(p) for p in out.rglob("*") if p.suffix in (".so", ".pyd")]
     if compiled:
-        print(f"pack_vllm_client: compiled files in the slim tree: {compiled}", file=sys.stderr)
+        raise PackError(f"compiled files in the slim tree: {compiled}")
+    return str(version)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--vllm-python", required=True, help="interpreter of a venv with vllm installed")
+    ap.add_argument("--out", default=".whl-vllm", help="the slim tree (an earlier one is replaced; default .whl-vllm)")
+    args = ap.parse_args()
+    out = Path(args.out).absolute()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    built = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
+    try:
+        version = build(args.vllm_python, built)
+        replace_tree(out, built)
+    except PackError as exc:
+        print(f"pack_vllm_client: {exc}", file=sys.stderr)
         return 2
-    print(f"slim vllm {version} bench client from {site / 'vllm'}: {out}, {len(files)} files, "
+    finally:
+        shutil.rmtree(built, ignore_errors=True)
+    files = [p for p in out.rglob("*") if p.is_file()]
+    print(f"slim vllm {version} bench client: {out}, {len(files)} files, "
           f"{sum(p.stat().st_size for p in files) / 2**20:.2f} MiB ({len(REAL)} of vllm's files as they are, "
-          f"{len(STUBS) + len(PACKAGE_WHY)} stubs, pybase64's Python from {wheel}; see {out}/SLIM-MANIFEST.json)")
+          f"{len(STUBS) + len(PACKAGE_WHY)} stubs, pybase64's Python; provenance in {out}/SLIM-MANIFEST.json)")
     return 0
 
 
