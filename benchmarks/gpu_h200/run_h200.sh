@@ -113,14 +113,13 @@ run_pytest() {  # run_pytest NAME TIMEOUT TEST_FILE PROFILES_FILE pytest-args...
 }
 
 client_ceiling() {  # client_ceiling LIMIT ARGS...: benchmarks/client_ceiling.py, with the carried slim vllm client
-  local limit=$1 vllm=(); shift
+  local limit=$1 path=${PYTHONPATH:-} vllm=(); shift
   if [ -f "$repo/.whl-vllm/vllm/benchmarks/serve.py" ]; then
-    vllm=(--vllm-python "$PY")
-    PYTHONPATH=$PYTHONPATH:$repo/.whl-vllm "$PY" -c "import vllm; print('vllm bench serve: slim client of vllm', vllm.__version__)"
+    # the slim tree on this command's path alone: SGLang's server imports vllm.logger where it finds a vllm
+    path=${path:+$path:}$repo/.whl-vllm vllm=(--vllm-python "$PY")
+    PYTHONPATH=$path "$PY" -c "import vllm; print('vllm bench serve: the slim client of vllm', vllm.__version__)"
   else echo "no .whl-vllm carried: the ceiling has no vllm bench serve row"; fi
-  # the slim tree only on this command's path: SGLang's server imports vllm.logger where it finds one
-  PYTHONPATH=$PYTHONPATH${vllm[0]:+:$repo/.whl-vllm} timeout -k 5 "$limit" "$PY" benchmarks/client_ceiling.py \
-    ${vllm[0]:+"${vllm[@]}"} "$@"
+  PYTHONPATH=$path timeout -k 5 "$limit" "$PY" benchmarks/client_ceiling.py ${vllm[0]:+"${vllm[@]}"} "$@"
   echo "client ceiling exit $?"
 }
 
