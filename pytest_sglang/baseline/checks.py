@@ -1,7 +1,7 @@
 """The baseline check: this run's figures against the stored baseline of its profile, test and machine.
 
 :func:`compare` judges each metric of a result with its tolerance through the one comparison engine
-(engine.py: rounds against the baseline's rounds, significance before failure) and returns a
+(engine/: rounds against the baseline's rounds, significance before failure) and returns a
 :class:`Comparison` (one :class:`Check` per metric, notes, and whether the test fails), or records the
 figures (every round's) instead under ``update``. :class:`BaselineChecker` is the session-level check the
 ``sglang_baseline`` fixture calls: one store, one mode, one machine per server version.

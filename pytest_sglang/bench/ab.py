@@ -3,7 +3,7 @@
 Interleaved (both servers alive): a warmup of each, then ``rounds`` pairs in the balanced order A B, B A,
 A B, ... so that neither side always runs first. Bracketed (one alive at a time): the first profile's rounds,
 the second's, the first's again. :class:`ABResult` holds each side's rounds and, through the one comparison
-engine (baseline/engine.py), the ratio of each metric with its interval and p-value; ``judge`` compares with
+engine (baseline/engine/), the ratio of each metric with its interval and p-value; ``judge`` compares with
 tolerances, ``check`` also reports and fails (the fixture supplies what a check does in a test).
 """
 

@@ -1,0 +1,65 @@
+"""What every rule of the engine shares: the statuses, the defaults, the change of a figure, the samples of a
+side, and how a change and its significance make a status."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+from typing import Literal
+
+from pytest_sglang.baseline.directions import Tolerance
+from pytest_sglang.errors import BaselineError
+
+Status = Literal["ok", "regressed", "improved", "not-judged"]
+Method = Literal["tolerance", "mann-whitney", "sessions", "signed-rank", "instance-noise"]
+
+DEFAULT_CONFIDENCE = 0.95
+DEFAULT_MAX_CV_PCT = 10.0  # rounds spread more than this (CV): too noisy to judge
+
+
+def change_pct(current: float, reference: float) -> float:
+    """The figure's own change in percent of the reference; from a reference of 0, +/-inf (0.0 if equal)."""
+    delta = current - reference
+    if reference:
+        return delta / abs(reference) * 100.0
+    return 0.0 if delta == 0 else math.copysign(math.inf, delta)
+
+
+def samples_of(value: float | Sequence[float]) -> list[float]:
+    values = [float(value)] if isinstance(value, (int, float)) else [float(v) for v in value]
+    if not values:
+        raise BaselineError("a comparison needs at least one value on each side")
+    return values
+
+
+def cv_pct(values: Sequence[float]) -> float | None:
+    if len(values) < 2:
+        return None
+    mean = statistics.fmean(values)
+    return statistics.stdev(values) / abs(mean) * 100.0 if mean else None
+
+
+def ab_bound_pct(metric: str, tolerance: Tolerance, first_median: float) -> float:
+    if tolerance.sigma:
+        raise BaselineError(f"an A/B check of {metric} takes a tolerance like '5%' or an amount in its unit, "
+                            f"not {tolerance}: both sides are measured now, there is no baseline spread")
+    if not first_median:
+        raise BaselineError(f"an A/B check of {metric} needs a first-side figure other than 0")
+    return tolerance.allowed(first_median) / abs(first_median) * 100.0
+
+
+def positive_figures(metric: str, label: str, values: Sequence[float]) -> list[float]:
+    values = [float(v) for v in values]
+    if not values or any(not v > 0 for v in values):
+        raise BaselineError(f"an A/B comparison of {metric} needs positive figures on each side; {label} has "
+                            f"{', '.join(f'{v:g}' for v in values) or 'none'}")
+    return values
+
+
+def status_of(gain_pct: float, bound_pct: float, p_worse: float, p_better: float, alpha: float) -> Status:
+    if gain_pct < -bound_pct and p_worse <= alpha:
+        return "regressed"
+    if gain_pct > bound_pct and p_better <= alpha:
+        return "improved"
+    return "ok"
