@@ -20,11 +20,13 @@ from pytest_sglang.baseline.engine.verdict import (
     DEFAULT_MAX_CV_PCT,
     Status,
     ab_bound_pct,
+    alternatives,
     cv_pct,
+    gain_of,
     positive_figures,
     status_of,
 )
-from pytest_sglang.baseline.stats import Alternative, hodges_lehmann_ci, signed_rank_min_p, signed_rank_p
+from pytest_sglang.baseline.stats import hodges_lehmann_ci, signed_rank_min_p, signed_rank_p
 from pytest_sglang.errors import BaselineError
 
 
@@ -47,10 +49,9 @@ def judge_paired(metric: str, first: Sequence[float], second: Sequence[float], t
     interval = hodges_lehmann_ci(logs, confidence)
     ci = (math.exp(interval[0]), math.exp(interval[2])) if interval else None
     cv = cv_pct(ratios)
-    worse: Alternative = "less" if d == "higher" else "greater"
-    better: Alternative = "greater" if d == "higher" else "less"
+    worse, better = alternatives(d)
     p_worse, p_better = signed_rank_p(logs, worse), signed_rank_p(logs, better)
-    gain = (ratio - 1.0) * 100.0 if d == "higher" else (1.0 - ratio) * 100.0
+    gain = gain_of(ratio, 1.0, d) * 100.0
     p = p_worse if gain < 0 else p_better
     sample = f"{n} pair{'s' if n != 1 else ''}"
     message = ab_message(metric, second_label, first_label, ratio, ci, confidence, sample, p, tolerance,
@@ -72,4 +73,4 @@ def judge_paired(metric: str, first: Sequence[float], second: Sequence[float], t
     if cv is not None and max_cv_pct is not None and cv > max_cv_pct:
         return made("not-judged", f"too noisy to judge: the paired ratios spread CV {cv:.0f}% over {sample} "
                                   f"(limit {max_cv_pct:g}%)")
-    return made(status_of(gain, bound, p_worse, p_better, tail))
+    return made(status_of(gain, bound, worse_significant=p_worse <= tail, better_significant=p_better <= tail))

@@ -22,7 +22,17 @@ from collections.abc import Sequence
 
 from pytest_sglang.baseline.directions import Tolerance, direction, fmt_value
 from pytest_sglang.baseline.engine.judgement import Judgement, p_text, rounds_text
-from pytest_sglang.baseline.engine.verdict import DEFAULT_CONFIDENCE, Method, Status, change_pct, cv_pct, samples_of
+from pytest_sglang.baseline.engine.verdict import (
+    DEFAULT_CONFIDENCE,
+    Method,
+    Status,
+    alternatives,
+    change_pct,
+    cv_pct,
+    gain_of,
+    samples_of,
+    status_of,
+)
 from pytest_sglang.baseline.stats import BOOTSTRAP_RESAMPLES, Alternative, bootstrap_change_ci, min_p, rank_sum_p
 
 
@@ -70,7 +80,7 @@ def judge(
     versus = (f"{current_label + ' ' if current_label else ''}{fmt_value(metric, cur_med)} vs {reference_label} "
               f"{fmt_value(metric, ref_med)}")
     where = f" (tolerance {tolerance}{'; ' + context if context else ''})"
-    gain = (cur_med - ref_med) if d == "higher" else (ref_med - cur_med)  # positive: current is better
+    gain = gain_of(cur_med, ref_med, d)
 
     if tolerance.sigma and m < 2:
         reason = (f"not judged: a {tolerance} tolerance needs the baseline's spread, and it has {rounds_text(m)}; "
@@ -106,16 +116,10 @@ def judge(
 
     alpha = 1.0 - confidence
     if n >= 2 and m >= 2 and min_p(n, m) <= alpha:
-        worse: Alternative = "less" if d == "higher" else "greater"
-        better: Alternative = "greater" if d == "higher" else "less"
+        worse, better = alternatives(d)
         p_worse, p_better = rank_sum_p(cur, ref, worse), rank_sum_p(cur, ref, better)
         ci = bootstrap_change_ci(cur, ref, confidence, resamples=resamples) if resamples > 0 else None
-        if gain < -bound and p_worse <= alpha:
-            status = "regressed"
-        elif gain > bound and p_better <= alpha:
-            status = "improved"
-        else:
-            status = "ok"
+        status = status_of(gain, bound, worse_significant=p_worse <= alpha, better_significant=p_better <= alpha)
         p = p_worse if gain < 0 else p_better
         if ci is None:
             interval = ""
@@ -140,12 +144,7 @@ def judge(
     else:
         reason = (f"{rounds_text(n)} vs {m} cannot reach p<={alpha:g}: judged by the tolerance alone "
                   "(3 rounds a side can)")
-    if gain < -bound:
-        status = "regressed"
-    elif gain > bound:
-        status = "improved"
-    else:
-        status = "ok"
+    status = status_of(gain, bound)
     head = f"{metric} {shown if math.isfinite(pct) else size} within tolerance" if status == "ok" else \
         f"{metric} {status} {size}"
     message = f"{head} ({reason}): {versus}{where}"

@@ -1,5 +1,6 @@
 """What every rule of the engine shares: the statuses, the defaults, the change of a figure, the samples of a
-side, and how a change and its significance make a status."""
+side, and how a change beyond the tolerance and its significance make a status, so that every rule decides
+"regressed" alike."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ import statistics
 from collections.abc import Sequence
 from typing import Literal
 
-from pytest_sglang.baseline.directions import Tolerance
+from pytest_sglang.baseline.directions import Direction, Tolerance
+from pytest_sglang.baseline.stats import Alternative
 from pytest_sglang.errors import BaselineError
 
 Status = Literal["ok", "regressed", "improved", "not-judged"]
@@ -57,9 +59,22 @@ def positive_figures(metric: str, label: str, values: Sequence[float]) -> list[f
     return values
 
 
-def status_of(gain_pct: float, bound_pct: float, p_worse: float, p_better: float, alpha: float) -> Status:
-    if gain_pct < -bound_pct and p_worse <= alpha:
+def gain_of(current: float, reference: float, d: Direction) -> float:
+    """How much better ``current`` is than ``reference`` (negative: worse), in their unit."""
+    return current - reference if d == "higher" else reference - current
+
+
+def alternatives(d: Direction) -> tuple[Alternative, Alternative]:
+    """The one-sided alternatives that mean "worse" and "better" for a metric of direction ``d``."""
+    return ("less", "greater") if d == "higher" else ("greater", "less")
+
+
+def status_of(gain: float, bound: float, *, worse_significant: bool = True,
+              better_significant: bool = True) -> Status:
+    """Worse than ``bound`` allows (``gain`` below ``-bound``) and, where a test was made, significantly so:
+    ``regressed``; better by more than ``bound`` and significant: ``improved``; else ``ok``."""
+    if gain < -bound and worse_significant:
         return "regressed"
-    if gain_pct > bound_pct and p_better <= alpha:
+    if gain > bound and better_significant:
         return "improved"
     return "ok"
