@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from pytest_sglang.baseline.engine.judgement import ABJudgement, noted, p_text
-from pytest_sglang.baseline.engine.verdict import Status, ab_bound_pct
+from pytest_sglang.baseline.engine.verdict import ab_bound_pct, beyond_noise
 from pytest_sglang.baseline.stats import SessionSpread
 from pytest_sglang.errors import BaselineError
 
@@ -33,16 +33,10 @@ def judge_instance_noise(paired: ABJudgement, noise: Sequence[float], first_medi
         raise BaselineError(f"judging {paired.metric} by the instance noise needs a tolerance")
     spread = SessionSpread.of([math.exp(v) for v in noise])
     bound = ab_bound_pct(paired.metric, paired.tolerance, first_median) / 100.0
-    higher = paired.direction == "higher"
-    worse_edge, better_edge = (1.0 - bound, 1.0 + bound) if higher else (1.0 + bound, 1.0 - bound)
-    if higher:
-        p_worse, p_better = spread.p_below(paired.ratio, worse_edge), spread.p_above(paired.ratio, better_edge)
-    else:
-        p_worse, p_better = spread.p_above(paired.ratio, worse_edge), spread.p_below(paired.ratio, better_edge)
-    alpha = 1.0 - paired.confidence
-    status: Status = "regressed" if p_worse <= alpha else "improved" if p_better <= alpha else "ok"
+    status, p_worse, p_better = beyond_noise(spread, paired.ratio, 1.0 - bound, 1.0 + bound, paired.direction,
+                                             paired.confidence)
     low, high = spread.bounds(paired.confidence)
-    p = p_worse if (paired.ratio < 1.0) == higher else p_better
+    p = p_worse if (paired.ratio < 1.0) == (paired.direction == "higher") else p_better
     clause = (f"instance noise: CV {spread.cv_pct:.1f}% over {spread.n} A/A runs, an unchanged pair "
               f"{low:.2f}-{high:.2f}x, {p_text(p)} past the tolerance")
     return replace(paired, status=status, p_value=p, method="instance-noise", message=noted(paired, clause),

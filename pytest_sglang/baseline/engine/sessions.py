@@ -15,7 +15,15 @@ from collections.abc import Sequence
 
 from pytest_sglang.baseline.directions import Tolerance, direction, fmt_value
 from pytest_sglang.baseline.engine.judgement import Judgement, p_text, rounds_text
-from pytest_sglang.baseline.engine.verdict import DEFAULT_CONFIDENCE, Status, change_pct, cv_pct, samples_of
+from pytest_sglang.baseline.engine.verdict import (
+    DEFAULT_CONFIDENCE,
+    Status,
+    beyond_noise,
+    change_pct,
+    cv_pct,
+    gain_of,
+    samples_of,
+)
 from pytest_sglang.baseline.stats import SessionSpread
 
 SESSIONS_NEEDED = 5  # past recording sessions before their spread, not the rounds', judges a baseline check
@@ -55,18 +63,11 @@ def judge_sessions(
     if max_cv_pct is not None and cur_cv is not None and cur_cv > max_cv_pct:
         reason = f"too noisy to judge: CV {cur_cv:.0f}% over this run's {rounds_text(n)} (limit {max_cv_pct:g}%)"
         return made("not-judged", f"{metric} {reason}: {versus}, {shown}{where}", reason=reason)
-    worse_edge, better_edge = ((ref - bound) / ref, (ref + bound) / ref) if d == "higher" else \
-        ((ref + bound) / ref, (ref - bound) / ref)
-    if d == "higher":
-        p_worse, p_better = spread.p_below(cur_med, worse_edge), spread.p_above(cur_med, better_edge)
-    else:
-        p_worse, p_better = spread.p_above(cur_med, worse_edge), spread.p_below(cur_med, better_edge)
-    alpha = 1.0 - confidence
-    status: Status = "regressed" if p_worse <= alpha else "improved" if p_better <= alpha else "ok"
+    status, p_worse, p_better = beyond_noise(spread, cur_med, (ref - bound) / ref, (ref + bound) / ref, d,
+                                             confidence)
     low, high = spread.bounds(confidence)
     interval = (change_pct(low, ref), change_pct(high, ref))
-    gain = (cur_med - ref) if d == "higher" else (ref - cur_med)
-    p = p_worse if gain < 0 else p_better
+    p = p_worse if gain_of(cur_med, ref, d) < 0 else p_better
     stats = (f"({noise}; an unchanged session falls within {interval[0]:+.1f} to {interval[1]:+.1f}% at "
              f"{confidence:.0%} each side; {p_text(p)} past the tolerance)")
     head = f"{status} {abs(pct):.1f}% beyond the tolerance and" if status != "ok" else \

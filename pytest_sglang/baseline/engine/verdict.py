@@ -1,6 +1,6 @@
 """What every rule of the engine shares: the statuses, the defaults, the change of a figure, the samples of a
-side, and how a change beyond the tolerance and its significance make a status, so that every rule decides
-"regressed" alike."""
+side, and the two ways a change makes a status (beyond the tolerance and significant; beyond the tolerance's
+edge of a known noise), so that every rule decides "regressed" alike."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from typing import Literal
 
 from pytest_sglang.baseline.directions import Direction, Tolerance
-from pytest_sglang.baseline.stats import Alternative
+from pytest_sglang.baseline.stats import Alternative, SessionSpread
 from pytest_sglang.errors import BaselineError
 
 Status = Literal["ok", "regressed", "improved", "not-judged"]
@@ -78,3 +78,18 @@ def status_of(gain: float, bound: float, *, worse_significant: bool = True,
     if gain > bound and better_significant:
         return "improved"
     return "ok"
+
+
+def beyond_noise(spread: SessionSpread, value: float, low_edge: float, high_edge: float, d: Direction,
+                 confidence: float) -> tuple[Status, float, float]:
+    """``value`` against the known noise ``spread`` of unchanged figures, shifted to the tolerance's edges
+    (``low_edge`` and ``high_edge`` times its center): ``regressed`` when an unchanged figure at the worse edge
+    falls as far as ``value`` with chance at most ``1 - confidence``, ``improved`` likewise, else ``ok``; with
+    the chances of worse and of better."""
+    if d == "higher":
+        p_worse, p_better = spread.p_below(value, low_edge), spread.p_above(value, high_edge)
+    else:
+        p_worse, p_better = spread.p_above(value, high_edge), spread.p_below(value, low_edge)
+    alpha = 1.0 - confidence
+    status: Status = "regressed" if p_worse <= alpha else "improved" if p_better <= alpha else "ok"
+    return status, p_worse, p_better
