@@ -46,6 +46,6 @@ def test_a_killed_pytest_takes_the_bench_simulator_with_it(pytester: pytest.Pyte
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    left = wait_for_no_processes(mark, timeout=5)
+    left = wait_for_no_processes(mark, timeout=10)
     assert not left, f"simulator processes outlived the killed pytest: {[p.pid for p in left]}"
 
