@@ -78,7 +78,7 @@ def die_with_pytest() -> Callable[[], None] | None:
     prctl = ctypes.CDLL(None, use_errno=True).prctl
     parent = os.getpid()
 
-    def guard() -> None:  # runs in the child between fork and exec: no imports, no allocation worth naming
+    def guard() -> None:
         prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL))
         if os.getppid() != parent:  # the parent died before the request took: nobody would signal
             os.kill(os.getpid(), signal.SIGKILL)
