@@ -167,6 +167,7 @@ class RemoteServer:
     heartbeat_timeout: float = HEARTBEAT_TIMEOUT
     token: str = field(default_factory=lambda: uuid.uuid4().hex)
     pid: int = 0
+    supervisor: int = 0  # the agent's pid on the host: the other connections' agents end when it is gone
     started_at: float = 0.0
     remote_log: str = ""  # its path on the host
     on_lost: Callable[[str], Exception] = field(default=RemoteError, repr=False)
@@ -217,12 +218,13 @@ class RemoteServer:
             self._send(agent_input(spec))
             started = self._handshake()
             self.pid, self.remote_log, self.started_at = int(started["pid"]), str(started["log"]), time.monotonic()
+            self.supervisor = int(started["agent"])
             copy = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
             self._files.append(copy)
             self.stream = subprocess.Popen(self.rplan.ssh_argv("stream"), stdin=subprocess.PIPE, stdout=copy,
                                            stderr=ssh_log, start_new_session=True)
             assert self.stream.stdin is not None
-            self.stream.stdin.write(agent_input({"log": self.remote_log, "supervisor": started["agent"]}))
+            self.stream.stdin.write(agent_input({"log": self.remote_log, "supervisor": self.supervisor}))
             self.stream.stdin.flush()
         except BaseException:
             self.stop(grace=0.0)
