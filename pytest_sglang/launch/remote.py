@@ -19,6 +19,8 @@ the server in order, not the ssh clients):
              truncated file) into the local PROFILE.log, written by ssh itself. The local copy is what the
              log watcher reads, unchanged, and what CI keeps; it ends when the agent is gone and it is drained.
 
+A benchmark's telemetry opens a third for its duration (remote_gpus.py, mode ``gpus``): the host's GPU readings.
+
 Endpoint: ``host`` in the profile says where the server listens on the remote host. A loopback host (the
 default) is reached through ``ssh -L`` from a free local port; any other address is reached directly (a
 wildcard such as 0.0.0.0 at the address ssh connects to, from ``ssh -G``). ``base_url`` is what tests reach.
