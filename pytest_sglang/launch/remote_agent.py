@@ -466,7 +466,14 @@ MODES = {"supervise": supervise, "stream": stream, "sweep": sweep, "machine": ma
 
 def main(argv: list[str]) -> int:
     spec = json.loads(sys.stdin.buffer.readline())
-    return MODES[argv[-1]](spec)
+    code = MODES[argv[-1]](spec)
+    try:
+        sys.stdout.flush()
+    except (OSError, ValueError):
+        pass
+    # not the interpreter's exit: its finalization aborts (SIGABRT, "could not acquire lock for <stdin>") while
+    # a daemon thread is blocked reading stdin, as supervise's is
+    os._exit(code)
 
 
 if __name__ == "__main__":

@@ -113,3 +113,24 @@ def test_the_gpu_agent_answers_its_protocol_and_ends_once_the_supervisor_is_gone
         for proc in (supervisor, agent):
             proc.kill()
             proc.wait()
+
+
+def test_the_supervising_agent_exits_cleanly_after_a_stop(tmp_path: Path) -> None:
+    """Its stdin reader thread is still blocked when it is done: an interpreter exit would abort (SIGABRT, and
+    "Fatal Python error" in ssh's log on the host), so it leaves by os._exit with its own code."""
+    agent = subprocess.Popen([sys.executable, "-c", BOOTSTRAP, "pytest-sglang", "supervise"], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert agent.stdin is not None and agent.stdout is not None
+    try:
+        agent.stdin.write(agent_input({"token": "t-supervise-exit", "argv": ["sleep", "60"], "env": {},
+                                       "log_dir": str(tmp_path), "log_name": "server.log"}))
+        agent.stdin.flush()
+        assert json.loads(agent.stdout.readline())["event"] == "started"
+        agent.stdin.write(b"stop 0\n")  # and stdin left open, as the controller leaves it until "swept"
+        agent.stdin.flush()
+        assert [json.loads(agent.stdout.readline())["event"] for _ in range(2)] == ["exit", "swept"]
+        assert agent.wait(timeout=15) == 0
+        assert agent.stderr is not None and agent.stderr.read() == b""
+    finally:
+        agent.kill()
+        agent.wait()
