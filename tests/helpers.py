@@ -6,6 +6,7 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -108,6 +109,16 @@ for line in lines:
         if alive(int(holder)):
             print(f"{{pid}}, {{mib}}, 00000000:1B:00.0")
 '''
+
+
+def assert_energy_is_power_over_duration(result: Any, power_w: float) -> None:
+    """Each round of a benchmark result: the GPU energy is ``power_w`` (what a fake GPU reads) times the measured
+    duration, and per output token that over the round's tokens."""
+    for one in result.rounds:
+        assert one.gpu_energy_j == pytest.approx(power_w * one.duration, rel=1e-9)
+        assert one.energy_per_output_token_j == pytest.approx(power_w * one.duration / one.total_output_tokens,
+                                                              rel=1e-9)
+        assert one.output_tokens_per_joule == pytest.approx(1 / one.energy_per_output_token_j)
 
 
 class FakeGpu:

@@ -10,8 +10,10 @@ Clock: a reading is stamped on the host with the agent's ``time.monotonic()`` ri
 and mapped onto this machine's ``time.perf_counter()`` (the clock of the rounds) by an offset measured when
 the connection opens: the best of :data:`SYNC_PINGS` ping round trips, whose midpoint is taken as the agent's
 moment. The error is at most half that round trip (:attr:`HostGpus.clock_error_s`, a millisecond or less on
-a LAN). Receive time was not used: the reading reaches this side after the network's and ssh's buffering, late
-by a varying amount, while the energy integral's edges are the round's first request and last response.
+a LAN); the offset is measured once per connection, that is per benchmark, over which two hosts' monotonic
+clocks drift apart by parts per million (a millisecond in a quarter of an hour). Receive time was not used:
+a reading reaches this side after the network's and ssh's buffering, late by a varying amount, while the
+energy integral's edges are the round's first request and last response, stamped here.
 
 Pytest-free; nothing passes through a shell but the quoted agent command line (RemotePlan.ssh_argv).
 """

@@ -15,7 +15,7 @@ import zlib
 from pathlib import Path
 
 import pytest
-from helpers import FakeGpu
+from helpers import FakeGpu, assert_energy_is_power_over_duration
 
 from pytest_sglang.baseline import BaselineStore, Machine, compare
 from pytest_sglang.bench import run_bench
@@ -79,11 +79,7 @@ def test_energy_per_token_is_the_servers_gpu_power_over_the_measured_duration(
         r = run_bench(sim, num_requests=8, concurrency=8, input_len=16, output_len=20, warmup=1, rounds=2)
     assert not _samplers()
     power = BUSY["power.draw"]  # only GPU 1 is the server's; GPU 0 idles at another power
-    for one in r.rounds:
-        assert one.gpu_energy_j == pytest.approx(power * one.duration, rel=1e-9)
-        assert one.energy_per_output_token_j == pytest.approx(power * one.duration / one.total_output_tokens,
-                                                              rel=1e-9)
-        assert one.output_tokens_per_joule == pytest.approx(1 / one.energy_per_output_token_j)
+    assert_energy_is_power_over_duration(r, power)
     assert r.gpu_power_mean_w == pytest.approx(power)
     assert (r.gpu_util_mean_pct, r.gpu_memory_peak_mib, r.gpu_sm_clock_mean_mhz) == (
         BUSY["utilization.gpu"], BUSY["memory.used"], BUSY["clocks.sm"])
