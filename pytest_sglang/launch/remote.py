@@ -55,6 +55,7 @@ HEARTBEAT_SECONDS = 2.0
 HEARTBEAT_TIMEOUT = 30.0
 HANDSHAKE_SECONDS = 60.0  # connect (ConnectTimeout 15 s), log in, start python, spawn the server
 DRAIN_SECONDS = 5.0  # after the server's exit, how long the log stream may take to deliver its last bytes
+FORWARD_GRACE_SECONDS = 0.5  # the agent gone, how long the control client may wait on forwarded connections
 STREAM_LAG_SECONDS = 2.0  # the stream may end a moment before the agent's exit event arrives
 ONE_SHOT_SECONDS = 30.0
 LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
@@ -180,6 +181,7 @@ class RemoteServer:
     _stream_ended_at: float | None = field(default=None, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _closed: threading.Event = field(default_factory=threading.Event, repr=False)
+    _session_over: threading.Event = field(default_factory=threading.Event, repr=False)  # control's stdout ended
     _files: list[IO[bytes]] = field(default_factory=list, repr=False)
 
     @property
@@ -296,6 +298,7 @@ class RemoteServer:
                     self._events.setdefault(event["event"], event)
                     if event["event"] == "exit":
                         self._exit_at = time.monotonic()
+        self._session_over.set()
 
     def _handshake(self) -> dict[str, Any]:
         control = self.control
@@ -366,8 +369,14 @@ class RemoteServer:
                 if proc.stdin is not None:
                     proc.stdin.close()  # end-of-file: the agent tears down (if it still runs) and exits
         for proc in procs:
+            wait = DRAIN_SECONDS
+            if proc is self.control:
+                # once its agent is gone, ssh waits on for any forwarded connection left open here (a keep-alive,
+                # a test's own requests session) to a server that is no more: not for long
+                self._session_over.wait(DRAIN_SECONDS)
+                wait = FORWARD_GRACE_SECONDS
             try:
-                proc.wait(timeout=DRAIN_SECONDS)
+                proc.wait(timeout=wait)
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()

@@ -4,6 +4,7 @@ loopback (conftest.py), the simulator started there by the plugin's remote launc
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from collections.abc import Iterator
@@ -37,7 +38,7 @@ def remote_sim(sshd: Sshd, tmp_path: Path, mark: str, env: dict[str, str]) -> It
     (tmp_path / "pyproject.toml").write_text(
         f'[tool.pytest_sglang.profiles.box]\nmodel = "/models/sim-model"\n{sshd.profile_keys()}'
         f'args = ["--enable-metrics"]\nenv = {{ {profile_env} }}\n'
-        "sim = { startup_seconds = 0.2, decode_tok_s = 40, ttft_ms = 20, max_batch = 4 }\n")
+        "sim = { startup_seconds = 0.2, decode_tok_s = 80, ttft_ms = 20, max_batch = 4 }\n")
     profile = load_profiles(tmp_path, None).profiles["box"]
     handle = launch_remote_server(plan_launch(profile, sim=True, log_dir=tmp_path / "logs"))
     try:
@@ -47,12 +48,13 @@ def remote_sim(sshd: Sshd, tmp_path: Path, mark: str, env: dict[str, str]) -> It
 
 
 def gpu_agents() -> list[psutil.Process]:
-    """The ``gpus`` agents alive on this machine (the sshd host is this machine)."""
+    """The ``gpus`` agents alive on the host and their ssh clients here (the sshd host is this machine)."""
     found = []
     for proc in psutil.process_iter(["cmdline"]):
-        cmdline = proc.info["cmdline"] or []
-        if cmdline[-2:] == ["pytest-sglang", "gpus"] and proc.status() != psutil.STATUS_ZOMBIE:
-            found.append(proc)
+        with contextlib.suppress(psutil.Error):
+            if "pytest-sglang gpus" in " ".join(proc.info["cmdline"] or []) and \
+                    proc.status() != psutil.STATUS_ZOMBIE:
+                found.append(proc)
     return found
 
 
@@ -63,7 +65,8 @@ def test_energy_per_token_of_an_ssh_hosts_gpu_is_its_power_over_the_measured_dur
     gpu = FakeGpu(tmp_path)
     gpu.read_as(0, **IDLE)
     gpu.read_as(1, **BUSY)
-    host_env = {**gpu.env(), "CUDA_VISIBLE_DEVICES": "1"}
+    secret = "hf_do-not-show-4e1f"
+    host_env = {**gpu.env(), "CUDA_VISIBLE_DEVICES": "1", "HF_TOKEN": secret}
     with remote_sim(sshd, tmp_path, mark, host_env) as server:
         assert server.remote is not None
         with HostGpus.open(server.remote, query=None, interval=0.1) as agent:
@@ -72,6 +75,8 @@ def test_energy_per_token_of_an_ssh_hosts_gpu_is_its_power_over_the_measured_dur
             assert (agent.host, agent.source, agent.gpus, agent.gpus_from) == (
                 "sshd-test", "nvidia-smi", [1], "CUDA_VISIBLE_DEVICES")
             assert abs(agent.offset) <= agent.clock_error_s + 0.002 and agent.clock_error_s < 0.05
+            agents = gpu_agents()
+            assert len(agents) == 2 and not any(secret in " ".join(proc.cmdline()) for proc in agents)
             agent.start()
             started = time.perf_counter()
             time.sleep(0.5)
@@ -89,6 +94,7 @@ def test_energy_per_token_of_an_ssh_hosts_gpu_is_its_power_over_the_measured_dur
     assert (r.gpu_util_mean_pct, r.gpu_memory_peak_mib, r.gpu_sm_clock_mean_mhz) == (
         BUSY["utilization.gpu"], BUSY["memory.used"], BUSY["clocks.sm"])
     assert r.gpu_unmeasured is None and r.server_unmeasured is None
+    assert secret not in json.dumps(r.to_dict()) + json.dumps(r.telemetry)
     series = r.telemetry
     assert series is not None and series["gpu"]["host"] == "sshd-test" and list(series["gpu"]["gpus"]) == ["1"]
     (lo, _), (_, hi) = series["rounds"][0], series["rounds"][-1]
