@@ -15,6 +15,7 @@ import psutil
 import pytest
 from conftest import Sshd
 from helpers import FakeGpu, assert_energy_is_power_over_duration
+from test_remote import _start_pytest, nothing_left
 
 from pytest_sglang.bench import run_bench
 from pytest_sglang.bench.metrics import GPU_FIGURES
@@ -31,14 +32,18 @@ BUSY = {"power.draw": 412.25, "utilization.gpu": 87, "memory.used": 71000, "cloc
 IDLE = {"power.draw": 61.5, "utilization.gpu": 0, "memory.used": 500, "clocks.sm": 345, "temperature.gpu": 31}
 
 
+def box_toml(sshd: Sshd, mark: str, env: dict[str, str]) -> str:
+    """Profile ``box``: the simulator (with /metrics) on the sshd host, ``env`` its environment there."""
+    profile_env = ", ".join(f"{k} = {json.dumps(v)}" for k, v in {"TEST_MARK": mark, **env}.items())
+    return (f'[tool.pytest_sglang.profiles.box]\nmodel = "/models/sim-model"\n{sshd.profile_keys()}'
+            f'args = ["--enable-metrics"]\nenv = {{ {profile_env} }}\n'
+            "sim = { startup_seconds = 0.2, decode_tok_s = 80, ttft_ms = 20, max_batch = 4 }\n")
+
+
 @contextmanager
 def remote_sim(sshd: Sshd, tmp_path: Path, mark: str, env: dict[str, str]) -> Iterator[ServerHandle]:
-    """The simulator on the sshd host (with /metrics), launched as an ssh profile is; stopped on the way out."""
-    profile_env = ", ".join(f"{k} = {json.dumps(v)}" for k, v in {"TEST_MARK": mark, **env}.items())
-    (tmp_path / "pyproject.toml").write_text(
-        f'[tool.pytest_sglang.profiles.box]\nmodel = "/models/sim-model"\n{sshd.profile_keys()}'
-        f'args = ["--enable-metrics"]\nenv = {{ {profile_env} }}\n'
-        "sim = { startup_seconds = 0.2, decode_tok_s = 80, ttft_ms = 20, max_batch = 4 }\n")
+    """The simulator on the sshd host, launched as an ssh profile is; stopped on the way out."""
+    (tmp_path / "pyproject.toml").write_text(box_toml(sshd, mark, env))
     profile = load_profiles(tmp_path, None).profiles["box"]
     handle = launch_remote_server(plan_launch(profile, sim=True, log_dir=tmp_path / "logs"))
     try:
@@ -114,3 +119,31 @@ def test_an_ssh_host_without_nvidia_smi_or_nvml_says_so_naming_the_host(
     assert "no NVML (" in r.gpu_unmeasured  # its python cannot import pynvml, or NVML finds no driver
     assert r.server_unmeasured is None and r.server_queue_mean is not None  # its /metrics still sampled
     assert not gpu_agents()
+
+
+def test_pytest_killed_mid_benchmark_leaves_no_gpu_agent_or_server_there(
+    pytester: pytest.Pytester, sshd: Sshd, mark: str, tmp_path: Path
+) -> None:
+    gpu = FakeGpu(tmp_path)
+    gpu.read_as(0, **BUSY)
+    pytester.makefile(".toml", pyproject=box_toml(sshd, mark, gpu.env()))
+    pytester.makepyfile(test_long="""
+def test_long_benchmark(sglang_bench):
+    sglang_bench(num_requests=400, concurrency=4, input_len=8, output_len=200, warmup=0)
+""")
+    proc = _start_pytest(pytester, "--sglang-profile=box", "--sglang-sim")
+    try:
+        deadline = time.monotonic() + 60
+        while len(gpu.queries()) < 5:  # the agent there reads the GPUs: a round is being sampled
+            assert proc.poll() is None, proc.communicate()[0]
+            assert time.monotonic() < deadline, "the benchmark's GPU sampling never started"
+            time.sleep(0.1)
+        assert len(gpu_agents()) == 2  # the agent there, its ssh client here
+    finally:
+        proc.kill()
+        proc.communicate(timeout=30)
+    deadline = time.monotonic() + 15
+    while gpu_agents() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not gpu_agents(), "the GPU agent or its ssh client outlived pytest"
+    nothing_left(sshd, mark)
