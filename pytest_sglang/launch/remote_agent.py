@@ -39,7 +39,7 @@ import sys
 import tempfile
 import threading
 import time
-from typing import Any
+from typing import Any, NoReturn
 
 OWNER_ENV = "PYTEST_SGLANG_OWNER"  # the same name as launch/process.py's (this file cannot import it there)
 EOF_GRACE = 5.0  # the controller is gone: the grace the local reaper gives too
@@ -443,7 +443,7 @@ def gpus(spec: dict[str, Any]) -> int:
         clock=time.monotonic())
     supervisor, sampling, pending = int(spec.get("supervisor") or 0), None, b""
     try:
-        while True:  # stdin by select and os.read: a thread blocked reading it would abort the exit
+        while True:  # stdin by select, so that the supervisor's end is seen between commands too
             readable, _, _ = select.select([0], [], [], POLL)
             if not readable:
                 if supervisor and not _alive(supervisor):
@@ -464,7 +464,7 @@ def gpus(spec: dict[str, Any]) -> int:
 MODES = {"supervise": supervise, "stream": stream, "sweep": sweep, "machine": machine, "gpus": gpus}
 
 
-def main(argv: list[str]) -> int:
+def main(argv: list[str]) -> NoReturn:
     spec = json.loads(sys.stdin.buffer.readline())
     code = MODES[argv[-1]](spec)
     try:
@@ -477,4 +477,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv))
+    main(sys.argv)

@@ -161,8 +161,11 @@ class HostGpus:
             except queue.Empty:
                 raise RemoteError(f"the GPU agent on {self.host} did not answer within {timeout:g} s") from None
             if reply is None:
+                self._replies.put(None)  # for every later wait too: the connection does not come back
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    self._proc.wait(timeout=CLOSE_SECONDS)
                 raise RemoteError(f"the GPU agent's connection to {self.host} ended (ssh exited with code "
-                                  f"{self._proc.wait()}); ssh's messages: {self.ssh_log}")
+                                  f"{self._proc.returncode}); ssh's messages: {self.ssh_log}")
             if reply.get("event") == event:
                 return reply
 

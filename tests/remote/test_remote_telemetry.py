@@ -63,6 +63,13 @@ def gpu_agents() -> list[psutil.Process]:
     return found
 
 
+def wait_for_no_gpu_agents(timeout: float = 15.0) -> None:
+    deadline = time.monotonic() + timeout
+    while gpu_agents() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not gpu_agents(), "a GPU agent there or its ssh client here survived"
+
+
 def test_energy_per_token_of_an_ssh_hosts_gpu_is_its_power_over_the_measured_duration(
     sshd: Sshd, tmp_path: Path, mark: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -91,6 +98,12 @@ def test_energy_per_token_of_an_ssh_hosts_gpu_is_its_power_over_the_measured_dur
         assert len(samples) >= 3 and all(started - 0.05 <= t <= returned for t, _ in samples), (started, samples)
         assert samples[-1][0] >= stopped, "the last reading is taken on the way out, as a local sampler's is"
         assert {r.index for _, readings in samples for r in readings} == {1}
+        with HostGpus.open(server.remote, query=None, interval=0.1) as dropped:
+            dropped.start()
+            next(proc for proc in gpu_agents() if proc.name() == "ssh").kill()  # its connection drops mid-round
+            dropped.stop()  # returns (with what came before the drop), as does a reading: none
+            assert dropped.read() is None
+        wait_for_no_gpu_agents()
         r = run_bench(server, num_requests=8, concurrency=8, input_len=16, output_len=20, warmup=1, rounds=2)
     assert not gpu_agents()
     assert "Fatal Python error" not in server.remote.ssh_log_path.read_text(), "an agent aborted on the host"
@@ -142,8 +155,5 @@ def test_long_benchmark(sglang_bench):
     finally:
         proc.kill()
         proc.communicate(timeout=30)
-    deadline = time.monotonic() + 15
-    while gpu_agents() and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not gpu_agents(), "the GPU agent or its ssh client outlived pytest"
+    wait_for_no_gpu_agents()
     nothing_left(sshd, mark)
