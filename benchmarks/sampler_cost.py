@@ -6,7 +6,8 @@ the simulator's tok/s with the sampler and without it, interleaved.
 CPU: each GPU source the machine has (NVML where nvidia-ml-py imports and a driver answers; the real
 nvidia-smi on PATH; else the tests' fake nvidia-smi, a Python script, tests/helpers.py) runs as the telemetry
 runs it (bench/telemetry.py's ``open_gpus``: the sampler thread at GPU_INTERVAL_S, all GPUs), and the /metrics
-scraper as a Telemetry with the GPUs off samples the simulator's gauges (SERVER_INTERVAL_S). Each for
+scraper as a Telemetry with the GPUs off samples the simulator's gauges (SERVER_INTERVAL_S). Each is opened
+first (its first query, an NVML session: once per benchmark in a run, not per second), then samples for
 ``--cpu-seconds``, ``--cpu-reps`` times, interleaved with idle stretches of the same length; the figure is the
 CPU this process used (RUSAGE_SELF) and its children (RUSAGE_CHILDREN: the nvidia-smi calls) beyond idle, per
 second of sampling, and for the scraper the simulator's CPU beyond idle too (its answers). Medians of the reps.
@@ -36,9 +37,10 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import psutil
 import requests
@@ -134,67 +136,90 @@ def cpu_now(server: psutil.Process | None) -> tuple[float, float, float]:
     return me.ru_utime + me.ru_stime, kids.ru_utime + kids.ru_stime, served
 
 
-def cpu_during(seconds: float, server: psutil.Process, start: Callable[[], Any] | None,
-               stop: Callable[[], int] | None) -> tuple[float, float, float, int]:
-    """CPU of (this process, its children, the server) over ``seconds`` with the sampler running; its samples."""
+class Subject(Protocol):
+    """One sampler, opened outside the measured stretch (its first query, an NVML session), sampling inside it."""
+
+    label: str
+
+    def open(self) -> None: ...
+
+    def start(self) -> None: ...
+
+    def stop(self) -> int:
+        """Stop and close; how many samples it took."""
+
+
+@dataclass
+class GpuSampler:
+    """A GPU source as the telemetry opens it (``open_gpus``: this machine, all GPUs) and samples with it."""
+
+    label: str
+    query: str
+    extra: dict[str, str]
+    source: Any = None
+
+    def open(self) -> None:
+        with gpu_query(self.query, self.extra):
+            source = open_gpus(pid=None, elsewhere=None, remote=None)
+        if isinstance(source, str):
+            raise SystemExit(f"{self.label}: {source}")
+        self.source = source
+
+    def start(self) -> None:
+        with gpu_query(self.query, self.extra):  # nvidia-smi's PATH and the fake's files, for its thread
+            self.source.start()
+
+    def stop(self) -> int:
+        samples = self.source.stop()
+        self.source.close()
+        return len(samples)
+
+
+@dataclass
+class Scraper:
+    """The /metrics scraper: a Telemetry with the GPUs off, one round."""
+
+    url: str
+    label: str = "/metrics scraper"
+    tel: Any = None
+
+    def open(self) -> None:
+        with gpu_query("off"):
+            self.tel = Telemetry(base_url=self.url, api_key=None, host="127.0.0.1", pid=None, kind="sglang")
+
+    def start(self) -> None:
+        self.tel.round_started()
+
+    def stop(self) -> int:
+        self.tel.round_ended()
+        self.tel.close()
+        return len(self.tel.round_server[-1])
+
+
+def cpu_during(seconds: float, server: psutil.Process, subject: Subject | None) -> tuple[float, float, float, int]:
+    """CPU of (this process, its children, the server) over ``seconds`` with ``subject`` sampling (None: idle),
+    and its samples."""
+    if subject is not None:
+        subject.open()
     before = cpu_now(server)
-    if start is not None:
-        start()
+    if subject is not None:
+        subject.start()
     time.sleep(seconds)
-    samples = stop() if stop is not None else 0
+    samples = subject.stop() if subject is not None else 0
     after = cpu_now(server)
     return after[0] - before[0], after[1] - before[1], after[2] - before[2], samples
 
 
-def gpu_sampler(label: str, query: str, extra: dict[str, str]) -> tuple[Callable[[], Any], Callable[[], int]]:
-    holder: dict[str, Any] = {}
-
-    def start() -> None:
-        with gpu_query(query, extra):
-            source = open_gpus(pid=None, elsewhere=None, remote=None)
-        if isinstance(source, str):
-            raise SystemExit(f"{label}: {source}")
-        holder["source"] = source
-        with gpu_query(query, extra):
-            source.start()
-
-    def stop() -> int:
-        source = holder.pop("source")
-        samples = source.stop()
-        source.close()
-        return len(samples)
-
-    return start, stop
-
-
-def scraper(url: str) -> tuple[Callable[[], Any], Callable[[], int]]:
-    holder: dict[str, Any] = {}
-
-    def start() -> None:
-        with gpu_query("off"):
-            tel = Telemetry(base_url=url, api_key=None, host="127.0.0.1", pid=None, kind="sglang")
-        holder["tel"] = tel
-        tel.round_started()
-
-    def stop() -> int:
-        tel = holder.pop("tel")
-        tel.round_ended()
-        tel.close()
-        return len(tel.round_server[-1])
-
-    return start, stop
-
-
 def measure_cpu(args: argparse.Namespace, url: str, server: psutil.Process,
                 sources: list[tuple[str, str, dict[str, str]]]) -> list[dict[str, Any]]:
-    subjects = [(label, *gpu_sampler(label, query, extra)) for label, query, extra in sources]
-    subjects.append(("/metrics scraper", *scraper(url)))
-    rows: dict[str, list[tuple[float, float, float, int]]] = {label: [] for label, _, _ in subjects}
+    subjects: list[Subject] = [GpuSampler(label, query, extra) for label, query, extra in sources]
+    subjects.append(Scraper(url))
+    rows: dict[str, list[tuple[float, float, float, int]]] = {subject.label: [] for subject in subjects}
     idle: list[tuple[float, float, float, int]] = []
     for _ in range(args.cpu_reps):
-        idle.append(cpu_during(args.cpu_seconds, server, None, None))
-        for label, start, stop in subjects:
-            rows[label].append(cpu_during(args.cpu_seconds, server, start, stop))
+        idle.append(cpu_during(args.cpu_seconds, server, None))
+        for subject in subjects:
+            rows[subject.label].append(cpu_during(args.cpu_seconds, server, subject))
     base = [statistics.median(x[k] for x in idle) for k in range(3)]
     out = []
     for label, runs in rows.items():

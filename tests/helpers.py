@@ -111,6 +111,12 @@ for line in lines:
 '''
 
 
+# What a fake GPU reads (nvidia-smi field names): an idle one, and one that a server keeps busy.
+IDLE_GPU = {"power.draw": 61.5, "utilization.gpu": 0, "memory.used": 500, "clocks.sm": 345, "temperature.gpu": 31}
+BUSY_GPU = {"power.draw": 412.25, "utilization.gpu": 87, "memory.used": 71000, "clocks.sm": 1980,
+            "temperature.gpu": 58}
+
+
 def assert_energy_is_power_over_duration(result: Any, power_w: float) -> None:
     """Each round of a benchmark result: the GPU energy is ``power_w`` (what a fake GPU reads) times the measured
     duration, and per output token that over the round's tokens."""

@@ -14,7 +14,7 @@ from pathlib import Path
 import psutil
 import pytest
 from conftest import Sshd
-from helpers import FakeGpu, assert_energy_is_power_over_duration
+from helpers import BUSY_GPU, IDLE_GPU, FakeGpu, assert_energy_is_power_over_duration
 from test_remote import _start_pytest, nothing_left
 
 from pytest_sglang.bench import run_bench
@@ -27,9 +27,6 @@ from pytest_sglang.server.remote import launch_remote_server
 
 pytestmark = pytest.mark.timeout(120)
 
-BUSY = {"power.draw": 412.25, "utilization.gpu": 87, "memory.used": 71000, "clocks.sm": 1980,
-        "temperature.gpu": 58}
-IDLE = {"power.draw": 61.5, "utilization.gpu": 0, "memory.used": 500, "clocks.sm": 345, "temperature.gpu": 31}
 
 
 def box_toml(sshd: Sshd, mark: str, env: dict[str, str]) -> str:
@@ -75,8 +72,8 @@ def test_energy_per_token_of_an_ssh_hosts_gpu_is_its_power_over_the_measured_dur
 ) -> None:
     monkeypatch.delenv("PYTEST_SGLANG_GPU_QUERY", raising=False)  # the host's environment picks its source
     gpu = FakeGpu(tmp_path)
-    gpu.read_as(0, **IDLE)
-    gpu.read_as(1, **BUSY)
+    gpu.read_as(0, **IDLE_GPU)
+    gpu.read_as(1, **BUSY_GPU)
     secret = "hf_do-not-show-4e1f"
     host_env = {**gpu.env(), "CUDA_VISIBLE_DEVICES": "1", "HF_TOKEN": secret}
     with remote_sim(sshd, tmp_path, mark, host_env) as server:
@@ -107,10 +104,10 @@ def test_energy_per_token_of_an_ssh_hosts_gpu_is_its_power_over_the_measured_dur
         r = run_bench(server, num_requests=8, concurrency=8, input_len=16, output_len=20, warmup=1, rounds=2)
     assert not gpu_agents()
     assert "Fatal Python error" not in server.remote.ssh_log_path.read_text(), "an agent aborted on the host"
-    power = BUSY["power.draw"]  # only GPU 1 is the server's; GPU 0 idles at another power
+    power = BUSY_GPU["power.draw"]  # only GPU 1 is the server's; GPU 0 idles at another power
     assert_energy_is_power_over_duration(r, power)
     assert (r.gpu_util_mean_pct, r.gpu_memory_peak_mib, r.gpu_sm_clock_mean_mhz) == (
-        BUSY["utilization.gpu"], BUSY["memory.used"], BUSY["clocks.sm"])
+        BUSY_GPU["utilization.gpu"], BUSY_GPU["memory.used"], BUSY_GPU["clocks.sm"])
     assert r.gpu_unmeasured is None and r.server_unmeasured is None
     assert secret not in json.dumps(r.to_dict()) + json.dumps(r.telemetry)
     series = r.telemetry
@@ -138,7 +135,7 @@ def test_pytest_killed_mid_benchmark_leaves_no_gpu_agent_or_server_there(
     pytester: pytest.Pytester, sshd: Sshd, mark: str, tmp_path: Path
 ) -> None:
     gpu = FakeGpu(tmp_path)
-    gpu.read_as(0, **BUSY)
+    gpu.read_as(0, **BUSY_GPU)
     pytester.makefile(".toml", pyproject=box_toml(sshd, mark, gpu.env()))
     pytester.makepyfile(test_long="""
 def test_long_benchmark(sglang_bench):
