@@ -11,6 +11,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -136,6 +137,22 @@ for line in lines:
         if alive(int(holder)):
             print(f"{{pid}}, {{mib}}, 00000000:1B:00.0")
 '''
+
+
+# What a fake GPU reads (nvidia-smi field names): an idle one, and one that a server keeps busy.
+IDLE_GPU = {"power.draw": 61.5, "utilization.gpu": 0, "memory.used": 500, "clocks.sm": 345, "temperature.gpu": 31}
+BUSY_GPU = {"power.draw": 412.25, "utilization.gpu": 87, "memory.used": 71000, "clocks.sm": 1980,
+            "temperature.gpu": 58}
+
+
+def assert_energy_is_power_over_duration(result: Any, power_w: float) -> None:
+    """Each round of a benchmark result: the GPU energy is ``power_w`` (what a fake GPU reads) times the measured
+    duration, and per output token that over the round's tokens."""
+    for one in result.rounds:
+        assert one.gpu_energy_j == pytest.approx(power_w * one.duration, rel=1e-9)
+        assert one.energy_per_output_token_j == pytest.approx(power_w * one.duration / one.total_output_tokens,
+                                                              rel=1e-9)
+        assert one.output_tokens_per_joule == pytest.approx(1 / one.energy_per_output_token_j)
 
 
 class FakeGpu:
