@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The plugin's whole flow on the lent H200: real SGLang 0.5.23 first, `transformers serve` as the second server.
 # One stage per device call (from the repo root):
-#   device run (carry .whl-sglang):  bash benchmarks/gpu_h200/run_h200.sh F     (or A, AB, AB2, B, C, E, T, TEL)
+#   device run (carry .whl-sglang):  bash benchmarks/gpu_h200/run_h200.sh F     (or A, AB, AB2, B, C, CEIL, E, T, TEL)
 # `vllm bench serve` beside the clients in the ceiling (client_ceiling, below): the host has no vllm, so pack its
 # client here first, `python benchmarks/gpu_h200/pack_vllm_client.py --vllm-python VLLM_VENV/bin/python` (writes
 # .whl-vllm, 0.6 MiB, pure Python: vllm's own benchmark files, stubs for what would start the engine), and carry
@@ -44,6 +44,13 @@
 #    the pytest session <= AB2_LIMIT (400 s: two startups ~165 s, the rounds ~180 s at call 1's 0.66 s per
 #    16-request and 1.75 s per 64-request round, teardown ~20 s), the ceiling what is left of 500 s, then
 #    summarize and the bundle: one device call of 540 s.
+# CEIL: issue 20 point 5, the client ceiling alone (benchmarks/client_ceiling.py, ~300 s with setup): every level
+#    paced at one total (CEIL_TOTAL, 51200 tok/s: c=64 at 800 tok/s a stream, 256 at 200, 1024 at 50), short
+#    (200-token) then long (1024) rows, our client at 1 and 8 processes beside sglang.bench_serving and, where
+#    CEIL_VLLM_PYTHON names a python that runs, `vllm bench serve`; simulators `auto` (6 of 16 cores). Each row
+#    is written to $OUT/ceiling.json as it finishes, so the limit (CEIL_LIMIT) cuts only the rows not yet run
+#    (the last, c=1024 long, needs ~3 min alone: CEIL_LEVELS=1024 CEIL_LENS=1024 runs it in a call of its own).
+#    vllm's row needs the carried .whl-vllm (client_ceiling, above).
 # Everything goes to $OUT: terminal.txt, results.json, the reports, baselines.json, bundle.tar.gz (logs, HTML).
 set -u
 STAGE=${1:-A}
@@ -325,9 +332,20 @@ stage_tel() {  # TEL: telemetry of baseline and eagle3, recorded as a baseline; 
     --tokenizer "$W/llama-random" --json-out "$W/out/ceiling.json"
 }
 
+stage_ceil() {  # CEIL: the client ceiling at one total pace, short and long rows, beside the peers
+  setup || return 1
+  stamp "client ceiling: total ${CEIL_TOTAL:-51200} tok/s, levels ${CEIL_LEVELS:-64,256,1024}, output ${CEIL_LENS:-200,1024}, limit ${CEIL_LIMIT:-235} s"
+  client_ceiling "${CEIL_LIMIT:-235}" --levels "${CEIL_LEVELS:-64,256,1024}" \
+    --total-tok-s "${CEIL_TOTAL:-51200}" --output-len "${CEIL_LENS:-200,1024}" --waves "${CEIL_WAVES:-2}" \
+    --repeats "${CEIL_REPEATS:-1}" --client-processes 1,8 --sim-processes auto --sglang-python "$PY" \
+    --tokenizer "$W/llama-random" --json-out "$W/out/ceiling.json"
+  cp "$W/out/ceiling.json" "$OUT/ceiling.json" 2>/dev/null || echo "no ceiling.json written"
+  pgrep -af "pytest_sglang.sim" | grep -v pgrep || echo "no simulator left"
+}
+
 { case "$STAGE" in A) stage_a ;; B) stage_b ;; C) stage_c ;; E) stage_e ;; T) stage_t ;; F) stage_f ;;
-    G) stage_g ;; AB) stage_ab ;; AB2) stage_ab2 ;; TEL) stage_tel ;;
-    *) echo "unknown stage $STAGE: A, AB, AB2, B, C, E, F, G, T or TEL" ;; esac
+    G) stage_g ;; AB) stage_ab ;; AB2) stage_ab2 ;; TEL) stage_tel ;; CEIL) stage_ceil ;;
+    *) echo "unknown stage $STAGE: A, AB, AB2, B, C, CEIL, E, F, G, T or TEL" ;; esac
   stamp "summarize"
   "$PY" benchmarks/gpu_h200/summarize.py "$W/out" "$W/out/results.json"
   stamp "done"; } 2>&1 | tee "$OUT/terminal.txt"

@@ -38,6 +38,7 @@ class Knobs:
     metrics_format: str = "sglang"  # /metrics in SGLang's names (with --enable-metrics) or "vllm" (always)
     metrics_skew: int = 0  # /metrics counts this many generation tokens too many per request (a miscounting server)
     reuse_port: bool = False  # SO_REUSEPORT: simulators started on one port share its load (a faster "server")
+    request_trace: str | None = None  # a file: one JSON line per streamed request, the sim's own times (trace.py)
 
     @property
     def fault_at(self) -> float:
@@ -117,6 +118,9 @@ def _validate(k: Knobs) -> None:
         or k.crash_after_requests < 0
     ):
         raise KnobError(f"{KNOB_ENV}: crash_after_requests must be an integer >= 0 or null")
+    if k.request_trace is not None and (not isinstance(k.request_trace, str) or not k.request_trace):
+        raise KnobError(f"{KNOB_ENV}: request_trace must be a file path (a non-empty string) or null, "
+                        f"got {k.request_trace!r}")
     k.ignore_sigterm = bool(k.ignore_sigterm)
     k.reuse_port = bool(k.reuse_port)
 

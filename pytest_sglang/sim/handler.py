@@ -6,6 +6,7 @@ import json
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler
 from typing import TYPE_CHECKING, Any
 
@@ -39,6 +40,29 @@ FLUSH_BODY = (
 if TYPE_CHECKING:
     from pytest_sglang.sim.server import SimHTTPServer, SimServer
 
+TEXT_MARK = "@@sim-text@@"
+
+
+def sse_event(payload: bytes) -> bytes:
+    """One ``data:`` event as one HTTP chunk."""
+    event = b"data: " + payload + b"\n\n"
+    return b"%x\r\n%s\r\n" % (len(event), event)
+
+
+SSE_DONE = sse_event(b"[DONE]") + b"0\r\n\r\n"
+
+
+def text_event(template: dict[str, Any]) -> Callable[[str], bytes]:
+    """The events of a stream that differ only in one text field, serialised once: ``template`` holds
+    TEXT_MARK where the text goes, and the result makes the SSE chunk of one text, byte for byte what
+    ``json.dumps`` of the filled-in object would give."""
+    head, tail = json.dumps(template).encode().split(json.dumps(TEXT_MARK).encode())
+
+    def event(text: str) -> bytes:
+        return sse_event(head + json.dumps(text).encode() + tail)
+
+    return event
+
 
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
@@ -53,6 +77,17 @@ class Handler(BaseHTTPRequestHandler):
     @property
     def sim(self) -> SimServer:
         return self.server.sim
+
+    def parse_request(self) -> bool:
+        self.arrived = time.monotonic()  # the request line has just been read
+        return super().parse_request()
+
+    def traced(self, started: float, times: list[float], tokens: int) -> None:
+        """The request_trace knob's line for a streamed request that has been answered in full."""
+        if self.sim.trace is not None and not self.is_warmup:
+            self.sim.trace.record(path=self.path, accepted=self.sim.trace.connection_accepted(self.client_address),
+                                  arrived=self.arrived, handled=started, chunks=times, written=time.monotonic(),
+                                  tokens=tokens)
 
     # -- plumbing -----------------------------------------------------------------------------------------
     def send_head(self, status: int, ctype: str, length: int | None) -> None:
@@ -81,12 +116,12 @@ class Handler(BaseHTTPRequestHandler):
         self.wfile.write(data)
 
     def sse(self, obj: Any) -> None:
-        payload = b"data: " + (obj.encode() if isinstance(obj, str) else json.dumps(obj).encode()) + b"\n\n"
-        self.wfile.write(b"%x\r\n%s\r\n" % (len(payload), payload))
+        self.wfile.write(sse_event(json.dumps(obj).encode()))
 
-    def end_sse(self) -> None:
-        self.sse("[DONE]")
-        self.wfile.write(b"0\r\n\r\n")
+    def end_sse(self, *last: Any) -> None:
+        """The stream's last events, its ``[DONE]`` and the chunked body's end, in one write."""
+        events = [sse_event(json.dumps(obj).encode()) for obj in last]
+        self.wfile.write(b"".join(events) + SSE_DONE)
 
     def read_json(self) -> dict[str, Any]:
         length = int(self.headers.get("Content-Length") or 0)
@@ -287,21 +322,26 @@ class Handler(BaseHTTPRequestHandler):
         self.sim.prefill_line(count_prompt_tokens(prompt))
         self.send_head(200, "text/event-stream", None)
         out: list[int] = []
+        text = ""  # the text so far, as SGLang streams it: grown by each chunk's words, not redone
         steps = 0
         times: list[float] = []
         gen = self.sim.engine.stream(tokens)
         try:
             for ids, last in gen:
                 out += ids
+                text += detokenize(ids)
                 steps += 1
                 times.append(time.monotonic())
                 self.sim.tokens_out += len(ids)
                 if last:
                     self.finished(prompt, len(out), steps, start, times)
-                self.sse({"text": detokenize(out), "output_ids": ids,
-                          "meta_info": self.meta(rid, prompt, out, n, steps,
-                                                 time.monotonic() - start if last else None)})
-            self.end_sse()
+                event = {"text": text, "output_ids": ids,
+                         "meta_info": self.meta(rid, prompt, out, n, steps, time.monotonic() - start if last else None)}
+                if last:
+                    self.end_sse(event)
+                else:
+                    self.sse(event)
+            self.traced(start, times, len(out))
         finally:
             gen.close()
 
@@ -362,7 +402,9 @@ class Handler(BaseHTTPRequestHandler):
         self.sim.prefill_line(n_prompt)
         self.send_head(200, "text/event-stream", None)
         obj = "chat.completion.chunk" if chat else "text_completion"
-        first = True
+        head = {"id": cid, "object": obj, "created": created, "model": model}
+        middle = text_event({**head, "choices": [self.openai_choice(TEXT_MARK, chat=chat, first=False, last=False)],
+                             "usage": None})
         sent = 0
         steps = 0
         times: list[float] = []
@@ -373,33 +415,38 @@ class Handler(BaseHTTPRequestHandler):
                 steps += 1
                 times.append(time.monotonic())
                 self.sim.tokens_out += len(ids)
-                if last:
-                    self.finished(prompt, sent, steps, start, times)
                 text = detokenize(ids)
-                finish = "length" if last else None
-                if chat:
-                    delta: dict[str, Any] = {"content": text}
-                    if first:
-                        delta = {"role": "assistant", "content": text}
-                    choice: dict[str, Any] = {"index": 0, "delta": delta, "logprobs": None,
-                                              "finish_reason": finish}
-                else:
-                    choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish}
-                if finish:
-                    choice["matched_stop"] = None
-                first = False
-                self.sse({"id": cid, "object": obj, "created": created, "model": model, "choices": [choice],
-                          "usage": None})
-            if spec_details and self.sim.args.speculative:  # SGLang's sglext chunk, at response level
-                self.sse({"id": cid, "object": obj, "created": created, "model": model, "choices": [],
-                          "sglext": {"spec_tokens_details": {"spec_verify_ct": steps,
-                                                             "spec_accept_length": sent / steps if steps else 0.0}}})
-            if include_usage:
-                self.sse({"id": cid, "object": obj, "created": created, "model": model, "choices": [],
-                          "usage": usage(n_prompt, sent)})
-            self.end_sse()
+                if not last:
+                    self.wfile.write(middle(text) if steps > 1 else sse_event(json.dumps(
+                        {**head, "choices": [self.openai_choice(text, chat=chat, first=True, last=False)],
+                         "usage": None}).encode()))
+                    continue
+                self.finished(prompt, sent, steps, start, times)
+                closing = [{**head, "choices": [self.openai_choice(text, chat=chat, first=steps == 1, last=True)],
+                            "usage": None}]
+                if spec_details and self.sim.args.speculative:  # SGLang's sglext chunk, at response level
+                    closing.append({**head, "choices": [], "sglext": {"spec_tokens_details": {
+                        "spec_verify_ct": steps, "spec_accept_length": sent / steps if steps else 0.0}}})
+                if include_usage:
+                    closing.append({**head, "choices": [], "usage": usage(n_prompt, sent)})
+                self.end_sse(*closing)
+            self.traced(start, times, sent)
         finally:
             gen.close()
+
+    @staticmethod
+    def openai_choice(text: str, *, chat: bool, first: bool, last: bool) -> dict[str, Any]:
+        """One streamed choice: a chat delta (its first with the role) or a completion's text."""
+        finish = "length" if last else None
+        choice: dict[str, Any]
+        if chat:
+            delta: dict[str, Any] = {"role": "assistant", "content": text} if first else {"content": text}
+            choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+        else:
+            choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish}
+        if last:
+            choice["matched_stop"] = None
+        return choice
 
 
 ROUTES: dict[tuple[str, str], Any] = {

@@ -35,6 +35,8 @@ from pytest_sglang.sim.engine import (
 from pytest_sglang.sim.handler import VERSION, WARMUP_HEADER, Handler
 from pytest_sglang.sim.logfmt import Logger, rank_prefix
 from pytest_sglang.sim.metrics import Metrics
+from pytest_sglang.sim.pool import HandlerPool
+from pytest_sglang.sim.trace import RequestTrace
 
 
 class SimHTTPServer(ThreadingHTTPServer):
@@ -44,6 +46,13 @@ class SimHTTPServer(ThreadingHTTPServer):
     request_queue_size = 1024
     sim: SimServer
     share_port = False  # the reuse_port knob: SO_REUSEPORT, several simulators splitting one port's connections
+
+    handlers: HandlerPool
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if self.sim.trace is not None:  # the connection's accept time, for its first request's trace line
+            self.sim.trace.accepted(client_address)
+        self.handlers.hand(request, client_address)
 
     def server_bind(self) -> None:
         if self.share_port:
@@ -76,6 +85,7 @@ class SimServer:
         self.engine = Engine(self.pacing, knobs.max_batch, jitter=knobs.jitter, host_speed=self.host_speed.factor)
         self.metrics = Metrics(fmt=knobs.metrics_format, model=args.served_model_name, skew=knobs.metrics_skew,
                                load=lambda: (self.engine.running, self.engine.queued), max_batch=knobs.max_batch)
+        self.trace = RequestTrace(knobs.request_trace) if knobs.request_trace else None
         self.ready = threading.Event()
         self.http_up = False
         self.children: list[subprocess.Popen[bytes]] = []
@@ -143,6 +153,7 @@ class SimServer:
         cls.share_port = self.knobs.reuse_port
         self.httpd = cls((self.args.host, self.args.port), Handler)
         self.httpd.sim = self
+        self.httpd.handlers = HandlerPool(self.httpd.process_request_thread, ready=min(self.knobs.max_batch, 1024))
 
     def join_nodes(self) -> None:
         """Rank 0 waits for every other node to connect to --dist-init-addr before it loads (torch's TCPStore
@@ -352,4 +363,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"pytest_sglang.sim: {exc}", file=sys.stderr, flush=True)
         return 2
     args = parse_args(argv, knobs)
-    return SimServer(args, knobs, run).run()
+    try:
+        server = SimServer(args, knobs, run)
+    except OSError as exc:
+        print(f"pytest_sglang.sim: request_trace: cannot write {knobs.request_trace!r} ({exc.strerror}): "
+              "give a path in a writable folder", file=sys.stderr, flush=True)
+        return 2
+    return server.run()
