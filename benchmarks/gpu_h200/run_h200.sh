@@ -47,7 +47,7 @@
 # CEIL: issue 20 point 5, the client ceiling alone (benchmarks/client_ceiling.py, ~300 s with setup): every level
 #    paced at one total (CEIL_TOTAL, 51200 tok/s: c=64 at 800 tok/s a stream, 256 at 200, 1024 at 50), short
 #    (200-token) then long (1024) rows, our client at 1 and 8 processes beside sglang.bench_serving and, where
-#    CEIL_VLLM_PYTHON names a python that runs, `vllm bench serve`; simulators `auto` (6 of 16 cores). Each row
+#    .whl-vllm was carried, `vllm bench serve`; simulators `auto` (6 of 16 cores). Each row
 #    is written to $OUT/ceiling.json as it finishes, so the limit (CEIL_LIMIT) cuts only the rows not yet run
 #    (the last, c=1024 long, needs ~3 min alone: CEIL_LEVELS=1024 CEIL_LENS=1024 runs it in a call of its own).
 #    vllm's row needs the carried .whl-vllm (client_ceiling, above).
