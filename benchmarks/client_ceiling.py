@@ -10,6 +10,8 @@ too slow) measures less than the pacing: the bottleneck is then the client, not 
     python benchmarks/client_ceiling.py --vllm-python /work/venvs/vllm/bin/python --tokenizer PATH
     python benchmarks/client_ceiling.py --levels 64,256,1024 --total-tok-s 51200 --output-len 200,1024 \
         --client-processes 1,8 --sim-processes auto --sglang-python python3 --tokenizer PATH  # the H200 host
+    PYTHONPATH=.whl-vllm python3 benchmarks/client_ceiling.py --vllm-python python3 ...  # vllm's client, packed
+        without the engine by benchmarks/gpu_h200/pack_vllm_client.py (a host with no vllm)
 
 The pace: `--decode-tok-s R` runs every stream at R tok/s at every level; `--total-tok-s T` instead runs each
 level's streams at T / concurrency each (c=64 at 800, 256 at 200, 1024 at 50 for T = 51200), so every level

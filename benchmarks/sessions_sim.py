@@ -1,4 +1,4 @@
-"""Cross-session baselines on the simulator: does the session-spread rule (baseline/engine.py judge_sessions)
+"""Cross-session baselines on the simulator: does the session-spread rule (baseline/engine/sessions.py judge_sessions)
 keep quiet through unchanged sessions that drift, and see a real regression?
 
 Part 1, real sessions: a throwaway project with one simulated profile (``session_drift``, so each pytest run

@@ -1,11 +1,17 @@
-"""Helpers for the plugin's own tests: the vendored samples, the processes a server left behind."""
+"""Helpers for the plugin's own tests: the vendored samples, the processes a server left behind, and the guard that
+makes a server a test starts by hand die with its pytest."""
 
 from __future__ import annotations
 
+import ctypes
 import os
+import signal
 import sys
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -58,6 +64,29 @@ def reap_marked(mark: str, timeout: float = 15.0) -> list[str]:
     return names
 
 
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def die_with_pytest() -> Callable[[], None] | None:
+    """Popen's ``preexec_fn`` for a simulator or server a test starts by hand, outside the plugin's reaper: the
+    kernel SIGKILLs the child when this process dies, SIGKILL of pytest included, when no teardown runs
+    (the child's own children then go as the simulator's do: end of file on their control pipe).
+
+    The kernel watches the calling thread, not the process, so the guard applies only from the main thread
+    (where fixtures run); elsewhere, and off Linux, it is None: no guard."""
+    if not sys.platform.startswith("linux") or threading.current_thread() is not threading.main_thread():
+        return None
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+    parent = os.getpid()
+
+    def guard() -> None:
+        prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL))
+        if os.getppid() != parent:  # the parent died before the request took: nobody would signal
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    return guard
+
+
 def dead_pid() -> int:
     """The pid of a process that has exited and been reaped (a guardian that is gone, a run that ended)."""
     import subprocess
@@ -108,6 +137,22 @@ for line in lines:
         if alive(int(holder)):
             print(f"{{pid}}, {{mib}}, 00000000:1B:00.0")
 '''
+
+
+# What a fake GPU reads (nvidia-smi field names): an idle one, and one that a server keeps busy.
+IDLE_GPU = {"power.draw": 61.5, "utilization.gpu": 0, "memory.used": 500, "clocks.sm": 345, "temperature.gpu": 31}
+BUSY_GPU = {"power.draw": 412.25, "utilization.gpu": 87, "memory.used": 71000, "clocks.sm": 1980,
+            "temperature.gpu": 58}
+
+
+def assert_energy_is_power_over_duration(result: Any, power_w: float) -> None:
+    """Each round of a benchmark result: the GPU energy is ``power_w`` (what a fake GPU reads) times the measured
+    duration, and per output token that over the round's tokens."""
+    for one in result.rounds:
+        assert one.gpu_energy_j == pytest.approx(power_w * one.duration, rel=1e-9)
+        assert one.energy_per_output_token_j == pytest.approx(power_w * one.duration / one.total_output_tokens,
+                                                              rel=1e-9)
+        assert one.output_tokens_per_joule == pytest.approx(1 / one.energy_per_output_token_j)
 
 
 class FakeGpu:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from helpers import marked_processes, profile_toml, wait_for_no_processes
+from helpers import die_with_pytest, marked_processes, profile_toml, wait_for_no_processes
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -260,7 +260,8 @@ def running_sim(mark: str, tmp_path: Path) -> Iterator[str]:
     env = {**os.environ, "TEST_MARK": mark, "PYTEST_SGLANG_SIM": '{"startup_seconds": 0.3}'}
     log = open(tmp_path / "sim.log", "wb")  # noqa: SIM115 - closed below
     sim = subprocess.Popen([sys.executable, "-m", "pytest_sglang.sim", "--model-path", "m", "--port", str(port)],
-                           env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+                           env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                           preexec_fn=die_with_pytest())
     try:
         yield f"http://127.0.0.1:{port}"
         assert sim.poll() is None, "an attached server must not be killed"

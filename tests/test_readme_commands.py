@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import REPO
+from helpers import REPO, die_with_pytest
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -39,7 +39,8 @@ def test_examples_under_url_skip_the_startup_checks_and_pass(tmp_path: Path) -> 
     env = {**os.environ, "PYTEST_SGLANG_SIM": '{"startup_seconds": 0.3, "decode_tok_s": 400}'}
     with open(tmp_path / "sim.log", "wb") as log:
         sim = subprocess.Popen([sys.executable, "-m", "pytest_sglang.sim", "--model-path", "m", "--port", str(port)],
-                               env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+                               env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                               preexec_fn=die_with_pytest())
     try:
         proc = subprocess.run(
             # examples/test_ab.py launches two servers: under --sglang-url that is an error by design (README)

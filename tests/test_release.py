@@ -20,7 +20,7 @@ from types import SimpleNamespace
 
 import psutil
 import pytest
-from helpers import FakeGpu, dead_pid, profile_toml
+from helpers import FakeGpu, dead_pid, die_with_pytest, profile_toml
 
 from pytest_sglang.errors import PortInUseError, ResourcesHeldWarning
 from pytest_sglang.launch import release
@@ -115,7 +115,8 @@ open({str(port_file)!r}, "w").write(str(s.getsockname()[1]))
 while True:
     time.sleep(0.1)
 """
-    proc = subprocess.Popen([sys.executable, "-c", code], env={**os.environ, **(env or {})}, start_new_session=True)
+    proc = subprocess.Popen([sys.executable, "-c", code], env={**os.environ, **(env or {})}, start_new_session=True,
+                            preexec_fn=die_with_pytest())
     deadline = time.monotonic() + 10
     while not (port_file.exists() and port_file.read_text()):
         assert time.monotonic() < deadline, "the listener never listened"

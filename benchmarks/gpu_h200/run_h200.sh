@@ -2,6 +2,10 @@
 # The plugin's whole flow on the lent H200: real SGLang 0.5.23 first, `transformers serve` as the second server.
 # One stage per device call (from the repo root):
 #   device run (carry .whl-sglang):  bash benchmarks/gpu_h200/run_h200.sh F     (or A, AB, AB2, B, C, CEIL, E, T, TEL)
+# `vllm bench serve` beside the clients in the ceiling (client_ceiling, below): the host has no vllm, so pack its
+# client here first, `python benchmarks/gpu_h200/pack_vllm_client.py --vllm-python VLLM_VENV/bin/python` (writes
+# .whl-vllm, 0.6 MiB, pure Python: vllm's own benchmark files, stubs for what would start the engine), and carry
+# .whl-vllm beside .whl-sglang/w; without it the ceiling has no vllm row.
 # A: install the carried wheels; machine facts; make the model; session "record" (default profile,
 #    --sglang-update-baseline, the gated benchmark plus NOISE_REPEATS repeats and the sweep); copy default's
 #    baseline entries to the nograph profile; session "check" (default then nograph, no update: default's
@@ -28,7 +32,7 @@
 # TEL: issue 20's telemetry: baseline and eagle3 (profiles-eagle3.toml, --enable-metrics) through test_telemetry.py
 #    in one session recording its baseline (energy per token beside tok/s), the GPU and /metrics series in
 #    report-tel.json, plotted in report-tel.html, the sampler's own cost; then the client ceiling at concurrency
-#    64, 256 and 1024, one event loop and 8 processes, beside sglang.bench_serving (vllm is not installed there).
+#    64, 256 and 1024, one event loop and 8 processes, beside sglang.bench_serving and vllm bench serve.
 # AB2: does pinning each server to its own cores (profile key `cpus`) take away the per-server state behind
 #    AB's false 0.79x between identical servers? profiles-ab2.toml's ab-main and ab-same on disjoint whole cores
 #    (cpu_split: AB_MAIN_CPUS, AB_SAME_CPUS), pytest (the load generator) under taskset on the rest
@@ -43,9 +47,10 @@
 # CEIL: issue 20 point 5, the client ceiling alone (benchmarks/client_ceiling.py, ~300 s with setup): every level
 #    paced at one total (CEIL_TOTAL, 51200 tok/s: c=64 at 800 tok/s a stream, 256 at 200, 1024 at 50), short
 #    (200-token) then long (1024) rows, our client at 1 and 8 processes beside sglang.bench_serving and, where
-#    CEIL_VLLM_PYTHON names a python that runs, `vllm bench serve`; simulators `auto` (6 of 16 cores). Each row
+#    .whl-vllm was carried, `vllm bench serve`; simulators `auto` (6 of 16 cores). Each row
 #    is written to $OUT/ceiling.json as it finishes, so the limit (CEIL_LIMIT) cuts only the rows not yet run
 #    (the last, c=1024 long, needs ~3 min alone: CEIL_LEVELS=1024 CEIL_LENS=1024 runs it in a call of its own).
+#    vllm's row needs the carried .whl-vllm (client_ceiling, above).
 # Everything goes to $OUT: terminal.txt, results.json, the reports, baselines.json, bundle.tar.gz (logs, HTML).
 set -u
 STAGE=${1:-A}
@@ -112,6 +117,17 @@ run_pytest() {  # run_pytest NAME TIMEOUT TEST_FILE PROFILES_FILE pytest-args...
   echo "pytest session $name exit $?"
   nvidia-smi --query-compute-apps=pid,used_memory --format=csv
   pgrep -af "sglang|transformers serve" | grep -v pgrep || echo "no server process left"
+}
+
+client_ceiling() {  # client_ceiling LIMIT ARGS...: benchmarks/client_ceiling.py, with the carried slim vllm client
+  local limit=$1 path=${PYTHONPATH:-} vllm=(); shift
+  if [ -f "$repo/.whl-vllm/vllm/benchmarks/serve.py" ]; then
+    # the slim tree on this command's path alone: SGLang's server imports vllm.logger where it finds a vllm
+    path=${path:+$path:}$repo/.whl-vllm vllm=(--vllm-python "$PY")
+    PYTHONPATH=$path "$PY" -c "import vllm; print('vllm bench serve: the slim client of vllm', vllm.__version__)"
+  else echo "no .whl-vllm carried: the ceiling has no vllm bench serve row"; fi
+  PYTHONPATH=$path timeout -k 5 "$limit" "$PY" benchmarks/client_ceiling.py ${vllm[0]:+"${vllm[@]}"} "$@"
+  echo "client ceiling exit $?"
 }
 
 nograph_checks_against_default() {  # FILE: the regression is judged against default's baseline entries
@@ -310,24 +326,19 @@ stage_tel() {  # TEL: telemetry of baseline and eagle3, recorded as a baseline; 
   setup || return 1
   FIGURES=$OUT/figures.jsonl run_pytest tel "${TEL_LIMIT:-270}" test_telemetry.py profiles-eagle3.toml \
     --sglang-profile=baseline,eagle3 --sglang-update-baseline --sglang-baseline="$W/out/baselines-tel.json"
-  stamp "client ceiling: 1 and 8 processes beside sglang.bench_serving, 6 simulators on one port"
-  timeout -k 5 "${CEIL_LIMIT:-110}" "$PY" benchmarks/client_ceiling.py --levels 64,256,1024 --decode-tok-s 200 \
+  stamp "client ceiling: 1 and 8 processes beside sglang.bench_serving and vllm, 6 simulators on one port"
+  client_ceiling "${CEIL_LIMIT:-150}" --levels 64,256,1024 --decode-tok-s 200 \
     --output-len 200 --waves 2 --client-processes 1,8 --sim-processes 6 --sglang-python "$PY" \
     --tokenizer "$W/llama-random" --json-out "$W/out/ceiling.json"
 }
 
 stage_ceil() {  # CEIL: the client ceiling at one total pace, short and long rows, beside the peers
   setup || return 1
-  local vllm=()
-  if [ -n "${CEIL_VLLM_PYTHON:-}" ] && "$CEIL_VLLM_PYTHON" -c "import vllm.benchmarks.serve" 2>/dev/null; then
-    vllm=(--vllm-python "$CEIL_VLLM_PYTHON")
-  else echo "no vllm python (CEIL_VLLM_PYTHON=${CEIL_VLLM_PYTHON:-unset}): vllm bench serve left out"; fi
   stamp "client ceiling: total ${CEIL_TOTAL:-51200} tok/s, levels ${CEIL_LEVELS:-64,256,1024}, output ${CEIL_LENS:-200,1024}, limit ${CEIL_LIMIT:-235} s"
-  timeout -k 5 "${CEIL_LIMIT:-235}" "$PY" benchmarks/client_ceiling.py --levels "${CEIL_LEVELS:-64,256,1024}" \
+  client_ceiling "${CEIL_LIMIT:-235}" --levels "${CEIL_LEVELS:-64,256,1024}" \
     --total-tok-s "${CEIL_TOTAL:-51200}" --output-len "${CEIL_LENS:-200,1024}" --waves "${CEIL_WAVES:-2}" \
     --repeats "${CEIL_REPEATS:-1}" --client-processes 1,8 --sim-processes auto --sglang-python "$PY" \
-    --tokenizer "$W/llama-random" "${vllm[@]}" --json-out "$W/out/ceiling.json"
-  echo "client ceiling exit $?"
+    --tokenizer "$W/llama-random" --json-out "$W/out/ceiling.json"
   cp "$W/out/ceiling.json" "$OUT/ceiling.json" 2>/dev/null || echo "no ceiling.json written"
   pgrep -af "pytest_sglang.sim" | grep -v pgrep || echo "no simulator left"
 }

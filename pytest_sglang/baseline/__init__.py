@@ -3,9 +3,10 @@
 One module per job:
 
 * ``directions``: which way is better for each metric (``direction``), its unit and format, ``Tolerance``;
-* ``engine``: the one comparison engine (``judge``: a figure or the samples of rounds against a reference,
-  with a tolerance or a margin; significance before failure), used by the baseline checks and by profile
-  comparisons (``compare_profiles``);
+* ``engine``: the one comparison engine, a module per rule (``judge``: a figure or the samples of rounds
+  against a reference, with a tolerance or a margin, significance before failure; ``judge_sessions``; the
+  A/B rules behind ``compare_ab``), used by the baseline checks, by profile comparisons (``compare_profiles``)
+  and by A/B checks;
 * ``stats``: the Mann-Whitney U test (exact for small samples) and the bootstrap interval, in pure Python;
 * ``machine``: the machine fingerprint that selects a baseline (``detect_machine``), ``git_commit``;
 * ``store``: the baseline file (``BaselineStore``, ``Entry``, ``validate``), locked and replaced atomically;

@@ -1,7 +1,7 @@
 """The baseline check: this run's figures against the stored baseline of its profile, test and machine.
 
 :func:`compare` judges each metric of a result with its tolerance through the one comparison engine
-(engine.py: rounds against the baseline's rounds, significance before failure) and returns a
+(engine/: rounds against the baseline's rounds, significance before failure) and returns a
 :class:`Comparison` (one :class:`Check` per metric, notes, and whether the test fails), or records the
 figures (every round's) instead under ``update``. :class:`BaselineChecker` is the session-level check the
 ``sglang_baseline`` fixture calls: one store, one mode, one machine per server version.
@@ -20,7 +20,7 @@ import math
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from pytest_sglang.baseline.directions import Direction, Tolerance, direction, fmt_value
 from pytest_sglang.baseline.engine import (
@@ -277,10 +277,21 @@ def compare(
     return comp
 
 
-def gate_of(result: Any, comparisons: Sequence[Comparison]) -> tuple[Gate | None, str | None]:
+class Gated(Protocol):
+    """An outcome with a gate: a baseline :class:`Comparison`, or an A/B check's (engine/ab.py)."""
+
+    @property
+    def gate(self) -> str: ...
+
+    @property
+    def gate_reason(self) -> str | None: ...
+
+
+def gate_of(result: Any, comparisons: Sequence[Gated]) -> tuple[Gate | None, str | None]:
     """What one benchmark means for a CI gate, and why: failed requests are ``not-judged`` whatever was
     checked; otherwise a regression in any comparison is ``regressed``, a check that could not judge (or had
-    no baseline) ``not-judged``, a recording ``recorded``, all judged ``passed``; None: nothing was checked."""
+    no baseline) ``not-judged``, a recording ``recorded``, all judged ``passed``; None: nothing was checked.
+    ``result`` None: only the comparisons count (an A/B run's checks)."""
     failed = getattr(result, "failed", 0) or 0
     if failed:
         return "not-judged", infrastructure_problem(result)

@@ -76,6 +76,22 @@ def _subset_sums(weights: Sequence[int], k: int) -> dict[int, int]:
     return dp[k]
 
 
+def _exact_tail(counts: dict[int, int], observed: int, alternative: Alternative, outcomes: int) -> float:
+    """The one-sided p-value of ``observed`` under the exact null distribution ``counts`` (statistic -> how many
+    of the ``outcomes`` equally likely arrangements give it)."""
+    hits = sum(c for s, c in counts.items() if (s <= observed if alternative == "less" else s >= observed))
+    return min(1.0, hits / outcomes)
+
+
+def _normal_tail(observed: float, mean: float, var: float, alternative: Alternative) -> float:
+    """The one-sided p-value of a doubled rank statistic by its normal approximation: doubled, it moves in
+    steps of 2, so the continuity correction is 1."""
+    delta = observed - mean
+    z = (delta + 1) / math.sqrt(var) if alternative == "less" else (delta - 1) / math.sqrt(var)
+    cdf = 0.5 * math.erfc(-z / math.sqrt(2))
+    return min(1.0, cdf if alternative == "less" else 1.0 - cdf)
+
+
 def rank_sum_p(x: Sequence[float], y: Sequence[float], alternative: Alternative) -> float:
     """One-sided p-value that ``x`` is stochastically smaller (``"less"``) or greater (``"greater"``) than
     ``y``, by the Mann-Whitney U test. 1.0 when either sample is empty."""
@@ -88,8 +104,7 @@ def rank_sum_p(x: Sequence[float], y: Sequence[float], alternative: Alternative)
     total = n + m
     if total <= EXACT_MAX_N:
         dist = _subset_sums(doubled, n)
-        count = sum(c for s, c in dist.items() if (s <= observed if alternative == "less" else s >= observed))
-        return min(1.0, count / math.comb(total, n))
+        return _exact_tail(dist, observed, alternative, math.comb(total, n))
     mean = n * (total + 1)  # of the doubled rank sum
     ties: dict[int, int] = {}
     for r in doubled:
@@ -98,10 +113,7 @@ def rank_sum_p(x: Sequence[float], y: Sequence[float], alternative: Alternative)
     var = 4 * n * m / 12.0 * ((total + 1) - tie_term)  # doubled: 4x the variance of the rank sum
     if var <= 0:
         return 1.0
-    delta = observed - mean
-    z = (delta + 1) / math.sqrt(var) if alternative == "less" else (delta - 1) / math.sqrt(var)
-    cdf = 0.5 * math.erfc(-z / math.sqrt(2))
-    return min(1.0, cdf if alternative == "less" else 1.0 - cdf)
+    return _normal_tail(observed, mean, var, alternative)
 
 
 def bootstrap_change_ci(current: Sequence[float], reference: Sequence[float], confidence: float = 0.95, *,
@@ -250,14 +262,10 @@ def signed_rank_p(differences: Sequence[float], alternative: Alternative) -> flo
     observed = sum(w for w, d in zip(doubled, nonzero, strict=True) if d > 0)
     if n <= SIGNED_RANK_EXACT_MAX_N:
         counts = _signed_rank_counts(doubled)
-        hits = sum(c for s, c in counts.items() if (s <= observed if alternative == "less" else s >= observed))
-        return min(1.0, hits / 2 ** n)
+        return _exact_tail(counts, observed, alternative, 2 ** n)
     mean = sum(doubled) / 2
     var = sum(w * w for w in doubled) / 4  # of the doubled positive rank sum; ties are in the weights
-    delta = observed - mean
-    z = (delta + 1) / math.sqrt(var) if alternative == "less" else (delta - 1) / math.sqrt(var)
-    cdf = 0.5 * math.erfc(-z / math.sqrt(2))
-    return min(1.0, cdf if alternative == "less" else 1.0 - cdf)
+    return _normal_tail(observed, mean, var, alternative)
 
 
 def signed_rank_min_p(n: int) -> float:

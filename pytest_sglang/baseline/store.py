@@ -36,7 +36,7 @@ is the median of (``sglang_bench(rounds=N)``), ``spread`` their n, median, mean,
 people reading the file; all three are of the latest recording. ``sessions`` (version 3) holds each figure's
 median of the last SESSIONS_KEPT recording sessions, oldest first: every recording (a run with
 --sglang-update-baseline, e.g. each CI run on the main branch) appends one, so the check learns how much
-sessions differ (engine.py). To restart that history (after a deliberate change of speed), delete the entry's
+sessions differ (engine/sessions.py). To restart that history (after a deliberate change of speed), delete the entry's
 ``sessions`` key, or the entry: the next recording starts anew. Version 1 and 2 files (entries without
 ``samples`` or ``sessions``) still load: each figure is then one sample and one session. Recording into
 them rewrites the file as version 3.
@@ -45,7 +45,7 @@ them rewrites the file as version 3.
 ``sglang_ab`` arguments, :func:`workload_key`), each metric's natural log of the ratio second/first of the
 last SESSIONS_KEPT A/A runs: ``sglang_ab`` runs whose two profiles launch the same server, recorded with
 --sglang-update-baseline. How much two instances of one server differ on the host is what an A/B check then
-judges against (engine.py, judge_instance_noise). To restart it, delete the workload's key.
+judges against (engine/instance_noise.py). To restart it, delete the workload's key.
 
 Writes go through a file lock and an atomic rename, so pytest-xdist workers can record at once; a file that
 cannot be parsed is reported with its line and column (:func:`validate` names the first bad key path) and is

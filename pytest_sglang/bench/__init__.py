@@ -17,8 +17,9 @@ a server and returns a :class:`BenchResult`. One module per job:
 * ``ab``: two profiles' rounds of one workload, in an order that lets the host's drift cancel;
 * ``slo``: ``meets_slo`` and ``check_slo``: per-request limits, for goodput;
 * ``runner``: ``run_bench`` (warmup, rounds, concurrency, Poisson arrivals) and ``expected_throughput``;
-* ``telemetry``: the server's GPUs (NVML or nvidia-smi) and its /metrics gauges sampled during each round,
-  and the figures drawn from them (energy per output token, utilisation, queue, KV-cache usage);
+* ``telemetry``: the server's GPUs (NVML or nvidia-smi, here or on its ssh host) and its /metrics gauges
+  sampled during each round, and the figures drawn from them (energy per output token, utilisation, queue,
+  KV-cache usage);
 * ``spread``: the rounds over several processes, one event loop each, for a server faster than one loop;
 * ``sweep``: ``sweep`` (one result per concurrency or request rate: the curve, its knee) and ``search_slo``
   (the highest concurrency or rate that meets an SLO).

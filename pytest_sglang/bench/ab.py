@@ -3,7 +3,7 @@
 Interleaved (both servers alive): a warmup of each, then ``rounds`` pairs in the balanced order A B, B A,
 A B, ... so that neither side always runs first. Bracketed (one alive at a time): the first profile's rounds,
 the second's, the first's again. :class:`ABResult` holds each side's rounds and, through the one comparison
-engine (baseline/engine.py), the ratio of each metric with its interval and p-value; ``judge`` compares with
+engine (baseline/engine/), the ratio of each metric with its interval and p-value; ``judge`` compares with
 tolerances, ``check`` also reports and fails (the fixture supplies what a check does in a test).
 """
 
@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from pytest_sglang.baseline.checks import GATE_OPTIONS, gate_of, gate_options
 from pytest_sglang.baseline.engine import (
     AB_METRICS,
     DEFAULT_CONFIDENCE,
@@ -99,8 +100,6 @@ class ABResult:
     def judge(self, **tolerances: str | float) -> ABComparison:
         """Judge the second profile against the first with each metric's tolerance ("5%": how much worse it
         may be); ``confidence`` and ``max_cv`` set the gate as in sglang_baseline.check."""
-        from pytest_sglang.baseline.checks import GATE_OPTIONS, gate_options
-
         confidence, max_cv = self.confidence, self.max_cv_pct  # the session's (--sglang-confidence, --sglang-max-cv)
         try:
             if "confidence" in tolerances:
@@ -124,7 +123,7 @@ class ABResult:
         return outcome
 
     def to_dict(self) -> dict[str, Any]:
-        gate, reason = _gate_of(self.comparisons)
+        gate, reason = gate_of(None, self.comparisons)
         return {"first": self.first, "second": self.second, "together": self.together, "pairs": self.pairs,
                 "order": list(self.order), "ratio": dict(self.ratio),
                 "ci": {m: list(c) if c else None for m, c in self.ci.items()}, "p_value": dict(self.p_value),
@@ -140,14 +139,6 @@ def _median_change(after: list[float], before: list[float]) -> float | None:
     from pytest_sglang.baseline.engine import change_pct
 
     return change_pct(median(after), median(before)) if after and before else None
-
-
-def _gate_of(comparisons: list[ABComparison]) -> tuple[str | None, str | None]:
-    for gate in ("regressed", "not-judged", "passed"):
-        found = [c for c in comparisons if c.gate == gate]
-        if found:
-            return gate, "; ".join(r for c in found if (r := c.gate_reason)) or None
-    return None, None
 
 
 def run_interleaved(first: str, second: str, run_round: RunRound, *, rounds: int, warmup: int,

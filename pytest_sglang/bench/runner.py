@@ -257,7 +257,8 @@ def run_bench(
             wit = RoundWitness(client, enabled=server_metrics)
             tel = Telemetry(base_url=handle.base_url, api_key=handle.api_key, host=getattr(handle, "host", None),
                             pid=getattr(handle, "pid", None), kind=handle.kind,
-                            ssh_host=getattr(handle, "ssh_host", None), enabled=telemetry)
+                            ssh_host=getattr(handle, "ssh_host", None), remote=getattr(handle, "remote", None),
+                            enabled=telemetry)
             if processes > 1:
                 warm, done, lags = drive_spread(
                     handle.base_url, handle.api_key, api, bodies[warmup:], processes=processes,

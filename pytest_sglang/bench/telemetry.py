@@ -8,8 +8,11 @@ server_metrics.GAUGES). Each thread is started when a round starts and joined wh
 its round; :data:`MAX_ROUND_S` bounds one that is never told to stop.
 
 The server's GPUs: those its process tree holds memory on (the driver's process list), else its
-``CUDA_VISIBLE_DEVICES``, else every GPU. A server on an ssh host is not sampled yet (its GPUs are not this
-machine's); its figures are None and ``gpu_unmeasured`` says why.
+``CUDA_VISIBLE_DEVICES``, else every GPU (launch/gpus.py's ``pick_gpus``). A :class:`GpuSource` reads them: the
+server's own machine decides which, :func:`open_gpus`: this one (:class:`LocalGpus`), or its ssh host through
+the agent (launch/remote_gpus.py's ``HostGpus``: the readings taken there, their times mapped onto this
+machine's clock). A server elsewhere that is neither (another machine's URL, SLURM nodes) is not sampled; its
+figures are None and ``gpu_unmeasured`` says why, as it does where the machine has no GPU source.
 
 Per round, over the measured duration (first request sent to last response done), :meth:`Telemetry.apply`
 sets: ``gpu_energy_j`` (the power of the server's GPUs, summed over them, integrated over time: linear
@@ -32,14 +35,17 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import psutil
 
 from pytest_sglang.bench.client import Client
 from pytest_sglang.bench.server_metrics import scrape
 from pytest_sglang.envknobs import GPU_QUERY_ENV, env_knobs
-from pytest_sglang.launch.gpus import SMI_TIMEOUT_SECONDS, GpuReader, GpuReading, gpu_processes
+from pytest_sglang.errors import RemoteError
+from pytest_sglang.launch.gpus import SMI_TIMEOUT_SECONDS, GpuReader, GpuReading, gpu_processes, pick_gpus
+from pytest_sglang.launch.remote import RemoteServer
+from pytest_sglang.launch.remote_gpus import HostGpus
 
 GPU_INTERVAL_S = 0.1
 SERVER_INTERVAL_S = 1 / 3
@@ -108,24 +114,84 @@ def _tree(pid: int) -> tuple[set[int], dict[str, str]]:
     return pids, env
 
 
-def _visible(value: str | None) -> list[int] | None:
-    """CUDA_VISIBLE_DEVICES as indices; None where unset or not plain indices (UUIDs, MIG names)."""
-    if not value or not value.strip():
-        return None
-    parts = [p.strip() for p in value.split(",")]
-    return [int(p) for p in parts] if all(p.isdigit() for p in parts) else None
-
-
 def server_gpus(pid: int | None) -> tuple[list[int] | None, str]:
-    """The GPUs of the server whose root is ``pid`` (None: every GPU), and how that was found."""
+    """The GPUs of the server whose root is ``pid`` on this machine (None: every GPU), and how that was found."""
     pids, env = _tree(pid) if pid is not None else (set(), {})
-    held = sorted({use.index for use in gpu_processes() or [] if use.pid in pids and use.index is not None})
-    if held:
-        return held, "held by the server's processes"
-    visible = _visible(env.get("CUDA_VISIBLE_DEVICES") if env else os.environ.get("CUDA_VISIBLE_DEVICES"))
-    if visible is not None:
-        return visible, "CUDA_VISIBLE_DEVICES"
-    return None, "all GPUs (neither the server's processes nor CUDA_VISIBLE_DEVICES said which)"
+    held = [use.index for use in gpu_processes() or [] if use.pid in pids and use.index is not None]
+    return pick_gpus(held, env.get("CUDA_VISIBLE_DEVICES") if env else os.environ.get("CUDA_VISIBLE_DEVICES"))
+
+
+class GpuSource(Protocol):
+    """The readings of a server's GPUs, from the machine it runs on: ``read`` once, or ``start`` sampling about
+    every GPU_INTERVAL_S and ``stop`` for the round's readings, each stamped in this machine's perf_counter."""
+
+    @property
+    def source(self) -> str:
+        """nvml | nvidia-smi"""
+
+    @property
+    def host(self) -> str | None:
+        """The ssh host the GPUs are on; None: this machine."""
+
+    @property
+    def gpus(self) -> list[int] | None: ...
+
+    @property
+    def gpus_from(self) -> str: ...
+
+    def read(self) -> list[GpuReading] | None: ...
+
+    def start(self) -> None: ...
+
+    def stop(self) -> list[tuple[float, list[GpuReading]]]: ...
+
+    def close(self) -> None: ...
+
+
+class LocalGpus:
+    """This machine's GPUs of the server whose root is ``pid``: a :class:`_Sampler` thread over a GpuReader."""
+
+    host: str | None = None
+
+    def __init__(self, reader: GpuReader, pid: int | None) -> None:
+        assert reader.source is not None
+        self.source, self._reader = reader.source, reader
+        self.gpus, self.gpus_from = server_gpus(pid)
+        self._sampler = _Sampler("sglang-telemetry-gpu", GPU_INTERVAL_S, self.read)
+
+    def read(self) -> list[GpuReading] | None:
+        return self._reader.read(self.gpus) or None
+
+    def start(self) -> None:
+        self._sampler.samples = []
+        self._sampler.start()
+
+    def stop(self) -> list[tuple[float, list[GpuReading]]]:
+        self._sampler.stop()
+        return list(self._sampler.samples)
+
+    def close(self) -> None:
+        self._reader.close()
+
+
+def open_gpus(*, pid: int | None, elsewhere: str | None, remote: RemoteServer | None) -> GpuSource | str:
+    """The GPU source of the server (whose root is ``pid`` here, or ``remote`` on its ssh host, or on the machine
+    ``elsewhere``), or why its GPUs cannot be read."""
+    choice = env_knobs().gpu_query
+    if choice == "off":
+        return f"no GPU to ask: {GPU_QUERY_ENV}=off"
+    if remote is not None:
+        try:
+            return HostGpus.open(remote, query=choice, interval=GPU_INTERVAL_S)
+        except RemoteError as exc:
+            return str(exc)
+    if elsewhere:
+        return (f"the server runs on {elsewhere}, not this machine: its GPUs are read only here or on the ssh "
+                "host of an ssh profile (through the agent)")
+    reader = GpuReader()
+    if reader.source is None:
+        return "no GPU to ask: no NVML (pip install 'pytest-sglang[gpu]') and no nvidia-smi on PATH"
+    return LocalGpus(reader, pid)
 
 
 def _integral(points: Sequence[tuple[float, float]], lo: float, hi: float) -> float:
@@ -160,13 +226,12 @@ class Telemetry:
     end, whatever happened."""
 
     def __init__(self, *, base_url: str, api_key: str | None, host: str | None, pid: int | None, kind: str,
-                 ssh_host: str | None = None, enabled: bool = True) -> None:
+                 ssh_host: str | None = None, remote: RemoteServer | None = None, enabled: bool = True) -> None:
         self.gpus: list[int] | None = None
         self.gpus_from: str | None = None
         self.gpu_unmeasured: str | None = None
         self.server_unmeasured: str | None = None
-        self._reader: GpuReader | None = None
-        self._gpu: _Sampler | None = None
+        self._gpu: GpuSource | None = None
         self._server: _Sampler | None = None
         self._client: Client | None = None
         self.windows: list[tuple[float, float]] = []  # each round's samplers' start and stop
@@ -175,12 +240,7 @@ class Telemetry:
         if not enabled:
             self.gpu_unmeasured = self.server_unmeasured = "telemetry was turned off (telemetry=False)"
             return
-        elsewhere = ssh_host or (host if host is not None and not _loopback(host) else None)
-        if elsewhere:
-            self.gpu_unmeasured = (f"the server runs on {elsewhere}, not this machine: GPU telemetry of another "
-                                   "machine (an ssh host's through the remote agent) is not sampled yet")
-        else:
-            self._start_gpus(pid)
+        self._open_gpus(pid, ssh_host or (host if host is not None and not _loopback(host) else None), remote)
         self._client = Client(base_url, api_key=api_key, timeout=SCRAPE_TIMEOUT_S)  # the sampler thread's own
         first = scrape(self._client, timeout=SCRAPE_TIMEOUT_S)
         self.family = first.family if first is not None else None
@@ -190,51 +250,47 @@ class Telemetry:
         else:
             self._server = _Sampler("sglang-telemetry-server", SERVER_INTERVAL_S, self._gauges)
 
-    def _start_gpus(self, pid: int | None) -> None:
-        self._reader = GpuReader()
-        if self._reader.source is None:
-            self.gpu_unmeasured = ("no GPU to ask: " + (f"{GPU_QUERY_ENV}=off" if env_knobs().gpu_query == "off"
-                                                        else "no NVML (pip install 'pytest-sglang[gpu]') and no "
-                                                        "nvidia-smi on PATH"))
+    def _open_gpus(self, pid: int | None, elsewhere: str | None, remote: RemoteServer | None) -> None:
+        source = open_gpus(pid=pid, elsewhere=elsewhere, remote=remote)
+        if isinstance(source, str):
+            self.gpu_unmeasured = source
             return
-        self.gpus, self.gpus_from = server_gpus(pid)
-        if self._reader.read(self.gpus) is None:
-            self.gpu_unmeasured = f"{self._reader.source} did not answer for GPUs {self._gpu_names()}"
+        self.gpus, self.gpus_from = source.gpus, source.gpus_from
+        if source.read() is None:
+            where = f" on {source.host}" if source.host else ""
+            self.gpu_unmeasured = f"{source.source}{where} did not answer for GPUs {self._gpu_names()}"
+            source.close()
             return
-        self._gpu = _Sampler("sglang-telemetry-gpu", GPU_INTERVAL_S, self._readings)
+        self._gpu = source
 
     def _gpu_names(self) -> str:
         return "all" if self.gpus is None else ",".join(map(str, self.gpus))
-
-    def _readings(self) -> list[GpuReading] | None:
-        assert self._reader is not None
-        return self._reader.read(self.gpus) or None
 
     def _gauges(self) -> dict[str, float] | None:
         snap = scrape(self._client, timeout=SCRAPE_TIMEOUT_S)
         return dict(snap.gauges) if snap is not None and snap.gauges else None
 
     def round_started(self) -> None:
-        for sampler in (self._gpu, self._server):
-            if sampler is not None:
-                sampler.samples = []
-                sampler.start()
+        if self._gpu is not None:
+            self._gpu.start()
+        if self._server is not None:
+            self._server.samples = []
+            self._server.start()
         self.windows.append((time.perf_counter(), math.nan))
 
     def round_ended(self) -> None:
         if not self.windows or not math.isnan(self.windows[-1][1]):
             return
-        for sampler in (self._gpu, self._server):
-            if sampler is not None:
-                sampler.stop()
+        self.round_gpu.append(self._gpu.stop() if self._gpu is not None else [])
+        if self._server is not None:
+            self._server.stop()
         self.windows[-1] = (self.windows[-1][0], time.perf_counter())
-        self.round_gpu.append(list(self._gpu.samples) if self._gpu else [])
         self.round_server.append(list(self._server.samples) if self._server else [])
 
     def close(self) -> None:
         self.round_ended()
-        if self._reader is not None:
-            self._reader.close()
+        if self._gpu is not None:
+            self._gpu.close()
         if self._client is not None:
             self._client.close()
 
@@ -281,7 +337,8 @@ class Telemetry:
         server = {name: [g.get(name) for samples in self.round_server for _, g in samples] for name in _GAUGE_FIELDS}
         return {
             "rounds": [[rel(lo), rel(hi)] for lo, hi in (_measured_window(one) for one in rounds)],
-            "gpu": None if not gpu_t else {"source": self._reader.source if self._reader else None,
+            "gpu": None if not gpu_t else {"source": self._gpu.source if self._gpu else None,
+                                           "host": self._gpu.host if self._gpu else None,
                                            "gpus_from": self.gpus_from, "t": [rel(t) for t in gpu_t],
                                            "gpus": {str(i): cols for i, cols in sorted(per_gpu.items())}},
             "server": None if not server_t else {"family": self.family, "t": [rel(t) for t in server_t],

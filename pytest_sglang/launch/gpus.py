@@ -61,6 +61,25 @@ class GpuReading:
 SMI_READING_FIELDS = ("utilization.gpu", "memory.used", "power.draw", "clocks.sm", "temperature.gpu")
 
 
+def pick_gpus(held: Sequence[int], visible: str | None) -> tuple[list[int] | None, str]:
+    """A server's GPUs (None: every GPU) from those its processes hold memory on and its CUDA_VISIBLE_DEVICES,
+    and how they were found: here (bench/telemetry.py) and on an ssh host (launch/remote_gpus.py) alike."""
+    if held:
+        return sorted(set(held)), "held by the server's processes"
+    indices = _visible_indices(visible)
+    if indices is not None:
+        return indices, "CUDA_VISIBLE_DEVICES"
+    return None, "all GPUs (neither the server's processes nor CUDA_VISIBLE_DEVICES said which)"
+
+
+def _visible_indices(value: str | None) -> list[int] | None:
+    """CUDA_VISIBLE_DEVICES as indices; None where unset or not plain indices (UUIDs, MIG names)."""
+    if not value or not value.strip():
+        return None
+    parts = [p.strip() for p in value.split(",")]
+    return [int(p) for p in parts] if all(p.isdigit() for p in parts) else None
+
+
 def gpu_processes() -> list[GpuUse] | None:
     """Every compute process on every GPU; None where no GPU can be asked."""
     choice = env_knobs().gpu_query

@@ -19,6 +19,8 @@ the server in order, not the ssh clients):
              truncated file) into the local PROFILE.log, written by ssh itself. The local copy is what the
              log watcher reads, unchanged, and what CI keeps; it ends when the agent is gone and it is drained.
 
+A benchmark's telemetry opens a third for its duration (remote_gpus.py, mode ``gpus``): the host's GPU readings.
+
 Endpoint: ``host`` in the profile says where the server listens on the remote host. A loopback host (the
 default) is reached through ``ssh -L`` from a free local port; any other address is reached directly (a
 wildcard such as 0.0.0.0 at the address ssh connects to, from ``ssh -G``). ``base_url`` is what tests reach.
@@ -53,6 +55,7 @@ HEARTBEAT_SECONDS = 2.0
 HEARTBEAT_TIMEOUT = 30.0
 HANDSHAKE_SECONDS = 60.0  # connect (ConnectTimeout 15 s), log in, start python, spawn the server
 DRAIN_SECONDS = 5.0  # after the server's exit, how long the log stream may take to deliver its last bytes
+FORWARD_GRACE_SECONDS = 0.5  # the agent gone, how long the control client may wait on forwarded connections
 STREAM_LAG_SECONDS = 2.0  # the stream may end a moment before the agent's exit event arrives
 ONE_SHOT_SECONDS = 30.0
 LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
@@ -167,6 +170,7 @@ class RemoteServer:
     heartbeat_timeout: float = HEARTBEAT_TIMEOUT
     token: str = field(default_factory=lambda: uuid.uuid4().hex)
     pid: int = 0
+    supervisor: int = 0  # the agent's pid on the host: the other connections' agents end when it is gone
     started_at: float = 0.0
     remote_log: str = ""  # its path on the host
     on_lost: Callable[[str], Exception] = field(default=RemoteError, repr=False)
@@ -177,6 +181,7 @@ class RemoteServer:
     _stream_ended_at: float | None = field(default=None, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _closed: threading.Event = field(default_factory=threading.Event, repr=False)
+    _session_over: threading.Event = field(default_factory=threading.Event, repr=False)  # control's stdout ended
     _files: list[IO[bytes]] = field(default_factory=list, repr=False)
 
     @property
@@ -217,12 +222,13 @@ class RemoteServer:
             self._send(agent_input(spec))
             started = self._handshake()
             self.pid, self.remote_log, self.started_at = int(started["pid"]), str(started["log"]), time.monotonic()
+            self.supervisor = int(started["agent"])
             copy = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
             self._files.append(copy)
             self.stream = subprocess.Popen(self.rplan.ssh_argv("stream"), stdin=subprocess.PIPE, stdout=copy,
                                            stderr=ssh_log, start_new_session=True)
             assert self.stream.stdin is not None
-            self.stream.stdin.write(agent_input({"log": self.remote_log, "supervisor": started["agent"]}))
+            self.stream.stdin.write(agent_input({"log": self.remote_log, "supervisor": self.supervisor}))
             self.stream.stdin.flush()
         except BaseException:
             self.stop(grace=0.0)
@@ -292,6 +298,7 @@ class RemoteServer:
                     self._events.setdefault(event["event"], event)
                     if event["event"] == "exit":
                         self._exit_at = time.monotonic()
+        self._session_over.set()
 
     def _handshake(self) -> dict[str, Any]:
         control = self.control
@@ -362,8 +369,14 @@ class RemoteServer:
                 if proc.stdin is not None:
                     proc.stdin.close()  # end-of-file: the agent tears down (if it still runs) and exits
         for proc in procs:
+            wait = DRAIN_SECONDS
+            if proc is self.control:
+                # once its agent is gone, ssh waits on for any forwarded connection left open here (a keep-alive,
+                # a test's own requests session) to a server that is no more: not for long
+                self._session_over.wait(DRAIN_SECONDS)
+                wait = FORWARD_GRACE_SECONDS
             try:
-                proc.wait(timeout=DRAIN_SECONDS)
+                proc.wait(timeout=wait)
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()

@@ -18,6 +18,7 @@ from pytest_sglang.launch.members import died_first, essential_death, pid_alive
 from pytest_sglang.launch.plan import base_url
 from pytest_sglang.launch.process import ProcessTree
 from pytest_sglang.launch.release import stop_and_release
+from pytest_sglang.launch.remote import RemoteServer
 from pytest_sglang.server.ready import Probe
 from pytest_sglang.server.record import StartupRecord
 from pytest_sglang.watch import LogWatcher
@@ -127,6 +128,12 @@ class ServerHandle:
         if not isinstance(self.liveness, Elsewhere):
             return None
         return str(getattr(getattr(self.liveness, "process", None), "host", None) or "an ssh host")
+
+    @property
+    def remote(self) -> RemoteServer | None:
+        """The server's tree on its ssh host (its agent reads the GPUs there for the telemetry); None: not one."""
+        process = getattr(self.liveness, "process", None)
+        return process if isinstance(process, RemoteServer) else None
 
 
 @dataclass(eq=False)

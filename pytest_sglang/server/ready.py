@@ -74,7 +74,6 @@ class Probe:
         self.last: str | None = None  # "HTTP 404", "connection refused", ...
         self.last_status: int | None = None
         self._same_since: float | None = None  # when it first got the answer it got last
-        self._session = requests.Session()
 
     @property
     def path(self) -> str:
@@ -97,7 +96,9 @@ class Probe:
 
     def ok(self, timeout: float = 2.0) -> bool:
         try:
-            status = self._session.get(self.url, headers=self.headers, timeout=timeout).status_code
+            # A connection per ask: a kept-alive one outlives the probe (nothing owns its end), and through an
+            # ssh forward it held the tunnel's teardown open on a server already gone.
+            status = requests.get(self.url, headers=self.headers, timeout=timeout).status_code
         except requests.ConnectionError:
             self._got("connection refused", None)
             return False

@@ -1,4 +1,5 @@
-"""Start the bundled simulator as a subprocess for the bench tests (own session; the group dies in teardown)."""
+"""Start the bundled simulator as a subprocess for the bench tests (own session; the group dies in teardown, and
+with pytest if it is killed)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import requests
+from helpers import die_with_pytest
 
 
 def free_port() -> int:
@@ -54,7 +56,8 @@ def run_sim(tmp: Path, knobs: dict[str, Any], *args: str, api_key: str | None = 
     log_path = tmp / f"sim-{port}.log"
     t0 = time.monotonic()
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+                                preexec_fn=die_with_pytest())
     try:
         deadline = time.monotonic() + 30
         while True:

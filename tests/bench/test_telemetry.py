@@ -15,7 +15,7 @@ import zlib
 from pathlib import Path
 
 import pytest
-from helpers import FakeGpu
+from helpers import BUSY_GPU, IDLE_GPU, FakeGpu, assert_energy_is_power_over_duration
 
 from pytest_sglang.baseline import BaselineStore, Machine, compare
 from pytest_sglang.bench import run_bench
@@ -28,9 +28,6 @@ from .simproc import run_sim
 
 pytestmark = pytest.mark.timeout(120)
 
-IDLE = {"power.draw": 61.5, "utilization.gpu": 0, "memory.used": 500, "clocks.sm": 345, "temperature.gpu": 31}
-BUSY = {"power.draw": 412.25, "utilization.gpu": 87, "memory.used": 71000, "clocks.sm": 1980,
-        "temperature.gpu": 58}
 SIM = {"decode_tok_s": 40, "ttft_ms": 20, "max_batch": 4}
 
 
@@ -38,8 +35,8 @@ SIM = {"decode_tok_s": 40, "ttft_ms": 20, "max_batch": 4}
 def fake_gpu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeGpu:
     gpu = FakeGpu(tmp_path).install(monkeypatch)
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-    gpu.read_as(0, **IDLE)
-    gpu.read_as(1, **BUSY)
+    gpu.read_as(0, **IDLE_GPU)
+    gpu.read_as(1, **BUSY_GPU)
     return gpu
 
 
@@ -78,15 +75,11 @@ def test_energy_per_token_is_the_servers_gpu_power_over_the_measured_duration(
     with run_sim(tmp_path, SIM, "--enable-metrics", env={"CUDA_VISIBLE_DEVICES": "1"}) as sim:
         r = run_bench(sim, num_requests=8, concurrency=8, input_len=16, output_len=20, warmup=1, rounds=2)
     assert not _samplers()
-    power = BUSY["power.draw"]  # only GPU 1 is the server's; GPU 0 idles at another power
-    for one in r.rounds:
-        assert one.gpu_energy_j == pytest.approx(power * one.duration, rel=1e-9)
-        assert one.energy_per_output_token_j == pytest.approx(power * one.duration / one.total_output_tokens,
-                                                              rel=1e-9)
-        assert one.output_tokens_per_joule == pytest.approx(1 / one.energy_per_output_token_j)
+    power = BUSY_GPU["power.draw"]  # only GPU 1 is the server's; GPU 0 idles at another power
+    assert_energy_is_power_over_duration(r, power)
     assert r.gpu_power_mean_w == pytest.approx(power)
     assert (r.gpu_util_mean_pct, r.gpu_memory_peak_mib, r.gpu_sm_clock_mean_mhz) == (
-        BUSY["utilization.gpu"], BUSY["memory.used"], BUSY["clocks.sm"])
+        BUSY_GPU["utilization.gpu"], BUSY_GPU["memory.used"], BUSY_GPU["clocks.sm"])
     assert r.energy_per_output_token_j == statistics.median(one.energy_per_output_token_j for one in r.rounds)
     # 8 in flight, 4 batch slots, two waves of half a second: the server's gauges saw a queue and a full KV cache
     assert all(one.server_kv_usage_peak == 1.0 and (one.server_queue_mean or 0) > 0 for one in r.rounds)

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from helpers import die_with_pytest
 
 SSHD = "/usr/sbin/sshd"
 ALIASES = ("sshd-test", "sshd-unknown-host", "sshd-wrong-key")
@@ -90,7 +91,7 @@ def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sshd]:
         Path("/run/sshd").mkdir(parents=True, exist_ok=True)  # its privilege-separation folder
     log = open(folder / "sshd.log", "wb")  # noqa: SIM115 - closed below
     proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(config)], stdin=subprocess.DEVNULL, stdout=log,
-                            stderr=subprocess.STDOUT)
+                            stderr=subprocess.STDOUT, preexec_fn=die_with_pytest())
     server = Sshd(port, folder, client)
     try:
         deadline = time.monotonic() + 10

@@ -1,14 +1,17 @@
 """The remote origin's parts that need no sshd: the profile keys, the endpoint choice, what ssh's refusals
-mean, and the agent's log stream following a replaced file (the agent run by this python, as a host runs it)."""
+mean, the agent's log stream following a replaced file and its GPU readings (the agent run by this python, as
+a host runs it)."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+from helpers import FakeGpu
 
 from pytest_sglang.config.profiles import load_profiles
 from pytest_sglang.errors import ProfileError
@@ -78,3 +81,56 @@ def test_the_stream_follows_a_replaced_log_and_ends_once_the_agent_is_gone(tmp_p
     agent.wait()
     out, _ = stream.communicate(timeout=10)
     assert out == b"first\nsecond\nthird, just before the agent exits\n"
+
+
+def test_the_gpu_agent_answers_its_protocol_and_ends_once_the_supervisor_is_gone(tmp_path: Path) -> None:
+    gpu = FakeGpu(tmp_path)
+    gpu.read_as(1, **{"power.draw": 300.5, "utilization.gpu": 71})
+    supervisor = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    gpu.hold(supervisor.pid)  # the server's tree holds memory on GPU 0 (the fake's bus id)
+    agent = subprocess.Popen([sys.executable, "-c", BOOTSTRAP, "pytest-sglang", "gpus"], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE)
+    assert agent.stdin is not None and agent.stdout is not None
+
+    def ask(command: dict[str, object]) -> dict[str, object]:
+        assert agent.stdin is not None and agent.stdout is not None
+        agent.stdin.write((json.dumps(command) + "\n").encode())
+        agent.stdin.flush()
+        return dict(json.loads(agent.stdout.readline()))
+
+    try:
+        agent.stdin.write(agent_input({"env": {**gpu.env(), "CUDA_VISIBLE_DEVICES": "1"}, "token": "no-such-token",
+                                       "pid": supervisor.pid, "supervisor": supervisor.pid, "query": None}))
+        agent.stdin.flush()
+        hello = json.loads(agent.stdout.readline())
+        assert (hello["protocol"], hello["source"], hello["held"], hello["visible"]) == (1, "nvidia-smi", [0], "1")
+        assert ask({"do": "ping"})["clock"] >= hello["clock"]
+        assert ask({"do": "read", "gpus": [1]})["readings"] == [[1, 71.0, None, 300.5, None, None]]
+        supervisor.kill()
+        supervisor.wait()
+        assert agent.wait(timeout=5) == 0, "the agent outlived its supervisor"
+    finally:
+        for proc in (supervisor, agent):
+            proc.kill()
+            proc.wait()
+
+
+def test_the_supervising_agent_exits_cleanly_after_a_stop(tmp_path: Path) -> None:
+    """Its stdin reader thread is still blocked when it is done: an interpreter exit would abort (SIGABRT, and
+    "Fatal Python error" in ssh's log on the host), so it leaves by os._exit with its own code."""
+    agent = subprocess.Popen([sys.executable, "-c", BOOTSTRAP, "pytest-sglang", "supervise"], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert agent.stdin is not None and agent.stdout is not None
+    try:
+        agent.stdin.write(agent_input({"token": "t-supervise-exit", "argv": ["sleep", "60"], "env": {},
+                                       "log_dir": str(tmp_path), "log_name": "server.log"}))
+        agent.stdin.flush()
+        assert json.loads(agent.stdout.readline())["event"] == "started"
+        agent.stdin.write(b"stop 0\n")  # and stdin left open, as the controller leaves it until "swept"
+        agent.stdin.flush()
+        assert [json.loads(agent.stdout.readline())["event"] for _ in range(2)] == ["exit", "swept"]
+        assert agent.wait(timeout=15) == 0
+        assert agent.stderr is not None and agent.stderr.read() == b""
+    finally:
+        agent.kill()
+        agent.wait()

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import die_with_pytest
 from simtools import Sim, alive, free_port
 
 
@@ -36,7 +37,7 @@ def launch(tmp_path: Path) -> Iterator[Callable[..., Sim]]:
             launched = time.monotonic()
             proc = subprocess.Popen([sys.executable, "-m", module, *args], stdout=log,
                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=full_env,
-                                    start_new_session=True)
+                                    start_new_session=True, preexec_fn=die_with_pytest())
         sim = Sim(proc, log_path, port, launched)
         sims.append(sim)
         return sim

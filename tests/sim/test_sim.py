@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator
 import psutil
 import pytest
 import requests
+from helpers import die_with_pytest
 from simtools import Sim, alive, free_port, sse_events
 
 from pytest_sglang.sim.engine import WORDS
@@ -155,7 +156,8 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sim]:
         launched = time.monotonic()
         proc = subprocess.Popen([sys.executable, "-m", "pytest_sglang.sim", "--model-path", "org/model",
                                  "--port", str(port), "--api-key", KEY, "--served-model-name", "served-name"],
-                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env)
+                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env,
+                                preexec_fn=die_with_pytest())
     sim = Sim(proc, log_path, port, launched)
     try:
         sim.wait_ready()

@@ -1,0 +1,113 @@
+"""An A/B ``check()``: every metric of two profiles measured in one job, each judged by the rule its run
+calls for (paired, bracketed, or the instance noise once the machine has enough A/A runs)."""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from pytest_sglang.baseline.directions import Tolerance, direction
+from pytest_sglang.baseline.engine.bracketed import judge_bracketed
+from pytest_sglang.baseline.engine.instance_noise import AA_RUNS_NEEDED, judge_instance_noise
+from pytest_sglang.baseline.engine.judgement import ABJudgement, noted
+from pytest_sglang.baseline.engine.paired import judge_paired
+from pytest_sglang.baseline.engine.verdict import DEFAULT_CONFIDENCE, DEFAULT_MAX_CV_PCT
+from pytest_sglang.errors import BaselineError
+
+AB_METRICS = ("output_throughput", "input_throughput", "request_throughput", "median_ttft_ms", "p99_ttft_ms",
+              "median_itl_ms", "median_tpot_ms", "median_e2e_latency_ms")
+
+
+@dataclass
+class ABComparison:
+    """Every metric of one A/B ``check()``, and what the test should make of it."""
+
+    first: str
+    second: str
+    judgements: list[ABJudgement] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)  # metrics that could not be compared, and why
+    noise_hint: str | None = None  # how to record the A/A runs a metric lacked (instance noise not yet known)
+
+    @property
+    def regressions(self) -> list[ABJudgement]:
+        return [j for j in self.judgements if j.status == "regressed"]
+
+    @property
+    def not_judged(self) -> list[ABJudgement]:
+        return [j for j in self.judgements if j.status == "not-judged"]
+
+    @property
+    def failed(self) -> bool:
+        return bool(self.regressions or self.errors)
+
+    @property
+    def gate(self) -> str:
+        if self.regressions or self.errors:
+            return "regressed"
+        return "not-judged" if self.not_judged else "passed"
+
+    @property
+    def gate_reason(self) -> str | None:
+        if self.gate == "regressed":
+            return "; ".join([j.message for j in self.regressions] + self.errors)
+        if self.gate == "not-judged":
+            return "; ".join(j.message for j in self.not_judged)
+        return None
+
+    def failure_message(self) -> str:
+        head = f"{self.second} regressed against {self.first}:"
+        hint = [f"instance noise not yet known: {self.noise_hint}"] if self.noise_hint else []
+        return "\n  ".join([head, *(f"{j.message} regressed" for j in self.regressions), *self.errors, *hint])
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"first": self.first, "second": self.second, "checks": [j.to_dict() for j in self.judgements],
+                "errors": list(self.errors), "gate": self.gate, "gate_reason": self.gate_reason,
+                "noise_hint": self.noise_hint}
+
+
+def compare_ab(first: str, second: str, samples: Mapping[str, tuple[Sequence[float], ...]],
+               tolerances: Mapping[str, str | float], *, bracketed: bool = False,
+               confidence: float = DEFAULT_CONFIDENCE, max_cv_pct: float | None = DEFAULT_MAX_CV_PCT,
+               instance_noise: Mapping[str, Sequence[float]] | None = None, noise_hint: str = ""
+               ) -> ABComparison:
+    """Judge profile ``second`` against ``first`` on each metric of ``tolerances``. ``samples[metric]`` is
+    ``(first_rounds, second_rounds)`` interleaved, ``(before, second_rounds, after)`` bracketed. A metric that
+    cannot be compared (unknown, malformed tolerance, not measured) is an error named in the message.
+    ``instance_noise``: metric -> the log ratios of recorded A/A runs (None: not looked up); with at least
+    AA_RUNS_NEEDED of a metric they judge it (:func:`judge_instance_noise`), with fewer the message says so and
+    ``noise_hint`` says how to record them."""
+    outcome = ABComparison(first, second)
+    for metric, raw in tolerances.items():
+        try:
+            direction(metric)
+            tol = Tolerance.parse(metric, raw)
+            if metric not in samples:
+                raise BaselineError(f"{metric} was not measured in this A/B run")
+            judged = ab_judgement(metric, first, second, samples[metric], tol, bracketed=bracketed,
+                                  confidence=confidence, max_cv_pct=max_cv_pct)
+            if instance_noise is not None:
+                runs = list(instance_noise.get(metric, ()))
+                if len(runs) < AA_RUNS_NEEDED:
+                    clause = f"instance noise not yet known ({len(runs)} of {AA_RUNS_NEEDED} A/A runs)"
+                    judged = replace(judged, message=noted(judged, clause), aa_runs=len(runs))
+                    outcome.noise_hint = noise_hint or None
+                elif judged.status != "not-judged":
+                    judged = judge_instance_noise(judged, runs, statistics.median(samples[metric][0]))
+            outcome.judgements.append(judged)
+        except BaselineError as exc:
+            outcome.errors.append(f"{metric}: {exc}")
+    return outcome
+
+
+def ab_judgement(metric: str, first: str, second: str, sides: tuple[Sequence[float], ...],
+                 tolerance: Tolerance | None, *, bracketed: bool, confidence: float = DEFAULT_CONFIDENCE,
+                 max_cv_pct: float | None = DEFAULT_MAX_CV_PCT) -> ABJudgement:
+    """One metric, interleaved (``sides`` = first, second) or bracketed (before, second, after)."""
+    labels = {"first_label": first, "second_label": second, "confidence": confidence, "max_cv_pct": max_cv_pct}
+    if bracketed:
+        before, cur, after = sides
+        return judge_bracketed(metric, before, cur, after, tolerance, **labels)  # type: ignore[arg-type]
+    a, b = sides
+    return judge_paired(metric, a, b, tolerance, **labels)  # type: ignore[arg-type]
