@@ -112,7 +112,17 @@ class ABResult:
         samples = {m: s for m in metrics if (s := self.samples(m)) is not None}
         return compare_ab(self.first, self.second, samples, metrics, bracketed=not self.together,
                           confidence=confidence, max_cv_pct=max_cv, instance_noise=self.instance_noise,
-                          noise_hint=self.noise_hint)
+                          noise_hint=self.noise_hint,
+                          unmeasured={m: why for m in metrics if m not in samples and (why := self.unmeasured(m))})
+
+    def unmeasured(self, metric: str) -> str | None:
+        """Why a telemetry figure is None in these rounds (the first round that says), else None."""
+        for rounds in self.rounds.values():
+            for one in rounds:
+                says = getattr(one, "unmeasured", None)  # a BenchResult; a test's stand-in may not say
+                if callable(says) and (why := says(metric)):
+                    return why
+        return None
 
     def check(self, **tolerances: str | float) -> ABComparison:
         """``judge``, recorded for the report; in a test, fails it on a regression (``"not judged"`` warns)."""

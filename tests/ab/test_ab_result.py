@@ -52,3 +52,20 @@ def test_rounds_must_be_a_whole_number() -> None:
     with pytest.raises(BenchmarkError, match="whole number of pairs >= 1, got 0"):
         run_interleaved("a", "b", run, rounds=0, warmup=0)
     assert isinstance(ABResult("a", "b", {"a": [], "b": []}, []).ratio, dict)
+
+
+def test_an_energy_check_where_no_gpu_was_measured_is_not_judged_and_says_why() -> None:
+    from pytest_sglang.bench.metrics import BenchResult
+
+    why = "no GPU source: nvidia-ml-py is not installed and nvidia-smi is not on PATH"
+
+    def run(profile: str, warmup: int) -> BenchResult:
+        return BenchResult(output_throughput=100.0, completed=8, gpu_unmeasured=why)
+
+    r = run_interleaved("main", "cand", run, rounds=6, warmup=0)
+    outcome = r.check(output_throughput="5%", energy_per_output_token_j="5%")
+    energy = next(j for j in outcome.judgements if j.metric == "energy_per_output_token_j")
+    assert energy.status == "not-judged" and energy.reason == why and why in energy.message
+    assert outcome.errors == [] and outcome.gate == "not-judged" and why in (outcome.gate_reason or "")
+    assert r.to_dict()["checks"][0]["checks"][1]["ratio"] is None  # null in the JSON report, never NaN
+    assert r.check(gpu_energy_jj="5%").errors  # a metric that is no figure at all is still an error

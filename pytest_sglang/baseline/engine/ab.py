@@ -3,6 +3,7 @@ calls for (paired, bracketed, or the instance noise once the machine has enough 
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -70,19 +71,23 @@ class ABComparison:
 def compare_ab(first: str, second: str, samples: Mapping[str, tuple[Sequence[float], ...]],
                tolerances: Mapping[str, str | float], *, bracketed: bool = False,
                confidence: float = DEFAULT_CONFIDENCE, max_cv_pct: float | None = DEFAULT_MAX_CV_PCT,
-               instance_noise: Mapping[str, Sequence[float]] | None = None, noise_hint: str = ""
-               ) -> ABComparison:
+               instance_noise: Mapping[str, Sequence[float]] | None = None, noise_hint: str = "",
+               unmeasured: Mapping[str, str] | None = None) -> ABComparison:
     """Judge profile ``second`` against ``first`` on each metric of ``tolerances``. ``samples[metric]`` is
     ``(first_rounds, second_rounds)`` interleaved, ``(before, second_rounds, after)`` bracketed. A metric that
     cannot be compared (unknown, malformed tolerance, not measured) is an error named in the message.
     ``instance_noise``: metric -> the log ratios of recorded A/A runs (None: not looked up); with at least
     AA_RUNS_NEEDED of a metric they judge it (:func:`judge_instance_noise`), with fewer the message says so and
-    ``noise_hint`` says how to record them."""
+    ``noise_hint`` says how to record them. ``unmeasured``: metric -> why a figure is None on this machine (no
+    GPU to ask, no /metrics): such a metric is not judged, with that reason, rather than an error."""
     outcome = ABComparison(first, second)
     for metric, raw in tolerances.items():
         try:
             direction(metric)
             tol = Tolerance.parse(metric, raw)
+            if metric not in samples and unmeasured and metric in unmeasured:
+                outcome.judgements.append(not_measured(metric, first, second, tol, unmeasured[metric]))
+                continue
             if metric not in samples:
                 raise BaselineError(f"{metric} was not measured in this A/B run")
             judged = ab_judgement(metric, first, second, samples[metric], tol, bracketed=bracketed,
@@ -99,6 +104,13 @@ def compare_ab(first: str, second: str, samples: Mapping[str, tuple[Sequence[flo
         except BaselineError as exc:
             outcome.errors.append(f"{metric}: {exc}")
     return outcome
+
+
+def not_measured(metric: str, first: str, second: str, tolerance: Tolerance, why: str) -> ABJudgement:
+    """A metric with no figure on either side: no ratio (NaN, null in the report), not judged, and why."""
+    return ABJudgement(metric, math.nan, None, None, 0, "not-judged",
+                       f"{second} {metric} vs {first} not judged: {why}", tolerance, direction(metric),
+                       reason=why)
 
 
 def ab_judgement(metric: str, first: str, second: str, sides: tuple[Sequence[float], ...],

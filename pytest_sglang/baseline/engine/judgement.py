@@ -3,6 +3,7 @@ comparison) and the wording their messages share."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,6 +50,7 @@ class ABJudgement:
 
     metric: str
     ratio: float  # interleaved: the median of the paired ratios second/first; bracketed: of the medians
+    #               NaN where neither side has the figure (a telemetry figure not measured)
     ci: tuple[float, float] | None  # the ratio's interval at ``confidence``
     p_value: float | None  # one-sided, in the direction of the observed change
     pairs: int  # interleaved: pairs of rounds; bracketed: the second side's rounds
@@ -65,7 +67,8 @@ class ABJudgement:
     instance_noise_cv_pct: float | None = None  # CV of those A/A runs' ratios, where they judged
 
     def to_dict(self) -> dict[str, Any]:
-        return {"metric": self.metric, "ratio": self.ratio, "ci": list(self.ci) if self.ci else None,
+        return {"metric": self.metric, "ratio": None if math.isnan(self.ratio) else self.ratio,
+                "ci": list(self.ci) if self.ci else None,
                 "p_value": self.p_value, "pairs": self.pairs, "status": self.status, "method": self.method,
                 "tolerance": str(self.tolerance) if self.tolerance else None, "direction": self.direction,
                 "confidence": self.confidence, "spread_cv_pct": self.spread_cv_pct, "drift_pct": self.drift_pct,
