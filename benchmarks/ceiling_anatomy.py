@@ -36,7 +36,7 @@ import psutil
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from client_ceiling import start_sims, stop_sims  # noqa: E402
+from client_ceiling import int_list, start_sims, stop_sims  # noqa: E402
 
 from pytest_sglang.bench import expected_throughput, run_bench  # noqa: E402
 from pytest_sglang.bench.stream import ConnectionPool  # noqa: E402
@@ -150,7 +150,7 @@ COLUMNS = ("ratio", "lost_per_request_share", "lost_edges_share", "latency_exces
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--levels", default="16,32", help="concurrency levels")
+    ap.add_argument("--levels", type=int_list, default=int_list("16,32"), help="concurrency levels")
     ap.add_argument("--decode-tok-s", type=float, default=200.0)
     ap.add_argument("--ttft-ms", type=float, default=20.0)
     ap.add_argument("--input-len", type=int, default=32)
@@ -160,7 +160,7 @@ def main() -> int:
     ap.add_argument("--client-processes", type=int, default=1)
     ap.add_argument("--json-out", default=None)
     args = ap.parse_args()
-    levels = [int(x) for x in args.levels.split(",")]
+    levels = args.levels
     rows = []
     with tempfile.TemporaryDirectory(prefix="ceiling-anatomy-") as tmp:
         trace_path = Path(tmp) / "trace.jsonl"

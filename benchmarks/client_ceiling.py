@@ -33,9 +33,8 @@ it ends (SIGTERM, SIGINT, SIGHUP, or SIGKILL through their parent-death signal).
 from __future__ import annotations
 
 import argparse
-import ctypes
-import ctypes.util
 import json
+import math
 import os
 import signal
 import socket
@@ -44,17 +43,19 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
 
 from pytest_sglang.bench import expected_throughput, run_bench  # noqa: E402
+from pytest_sglang.launch.process import die_with_parent  # noqa: E402
 
 TOLERANCE = 0.03
 READY_LINE = b"The server is fired up and ready to roll!"
-PR_SET_PDEATHSIG = 1  # prctl(2)
 
 
 def free_port() -> int:
@@ -63,12 +64,14 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def launch_sim(knobs: dict[str, Any], log: Path, port: int) -> subprocess.Popen[bytes]:
-    env = dict(os.environ, PYTEST_SGLANG_SIM=json.dumps(knobs))
+def launch_sim(knobs: dict[str, Any], log: Path, port: int, extra: Sequence[str] = ()) -> subprocess.Popen[bytes]:
+    path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))  # a host given the tree alone
+    env = dict(os.environ, PYTEST_SGLANG_SIM=json.dumps(knobs), PYTHONPATH=path)
     with open(log, "wb") as fh:
         return subprocess.Popen([sys.executable, "-m", "pytest_sglang.sim", "--model-path", "sim-model", "--port",
-                                 str(port)], stdout=fh, stderr=subprocess.STDOUT, env=env, start_new_session=True,
-                                stdin=subprocess.DEVNULL, preexec_fn=die_with_parent)
+                                 str(port), *extra], stdout=fh, stderr=subprocess.STDOUT, env=env,
+                                start_new_session=True, stdin=subprocess.DEVNULL,
+                                preexec_fn=die_with_parent(signal.SIGTERM))
 
 
 def wait_sim(proc: subprocess.Popen[bytes], log: Path) -> None:
@@ -78,12 +81,14 @@ def wait_sim(proc: subprocess.Popen[bytes], log: Path) -> None:
         if READY_LINE in log.read_bytes():
             return
         time.sleep(0.1)
-    raise SystemExit(f"simulator did not start (exit {proc.poll()}); log: {log}")
+    tail = log.read_text(errors="replace").strip().splitlines()[-15:]  # the log's folder goes with the exit
+    raise SystemExit(f"simulator did not start (exit {proc.poll()}); its log ends:\n" + "\n".join(tail))
 
 
-def start_sim(knobs: dict[str, Any], log: Path, port: int | None = None) -> tuple[subprocess.Popen[bytes], str]:
+def start_sim(knobs: dict[str, Any], log: Path, port: int | None = None, extra: Sequence[str] = ()
+              ) -> tuple[subprocess.Popen[bytes], str]:
     port = port or free_port()
-    proc = launch_sim(knobs, log, port)
+    proc = launch_sim(knobs, log, port, extra)
     url = f"http://127.0.0.1:{port}"
     try:
         wait_sim(proc, log)
@@ -183,11 +188,14 @@ def int_list(value: str) -> list[int]:
     return items
 
 
-def die_with_parent() -> None:
-    """In a simulator before its exec: SIGTERM when this script dies, however it dies (SIGKILL included), so
-    that no simulator outlives it; the simulator's own SIGTERM handler then ends its children."""
-    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-    libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+def positive(value: str) -> float:
+    try:
+        number = float(value)
+    except ValueError:
+        number = math.nan
+    if not math.isfinite(number) or number <= 0:
+        raise argparse.ArgumentTypeError(f"must be a number of tok/s above 0, got {value!r}")
+    return number
 
 
 def exit_on_signal(signum: int, frame: FrameType | None) -> None:
@@ -238,22 +246,21 @@ def measure_row(url: str, *, c: int, output_len: int, pace: float, args: argpars
 
 
 def row_line(row: dict[str, Any], counts: list[int]) -> str:
-    def peer(name: str) -> str:
-        return f"  {name} {row[f'{name}_tok_s']:9.1f} ({row[f'{name}_ratio']:.3f})" if row[f"{name}_tok_s"] else \
-            f"  {name} -"
+    def figure(name: str, extra: str = "") -> str:  # "-" where nothing was measured (every request failed)
+        return f"{row[f'{name}_tok_s']:9.1f} ({row[f'{name}_ratio']:.3f}{extra})" if row[f"{name}_tok_s"] else "-"
 
     return (f"c={row['concurrency']:5d} out {row['output_len']:5d} at {row['decode_tok_s']:6.1f} tok/s/stream, "
             f"paced {row['paced_tok_s']:9.1f}  " + "  ".join(
-                f"ours x{k} {row[f'ours_p{k}_tok_s']:9.1f} ({row[f'ours_p{k}_ratio']:.3f}, busy "
-                f"{row[f'ours_p{k}_busy'] or 0:.2f})" for k in counts) + peer("sglang") + peer("vllm"))
+                f"ours x{k} " + figure(f"ours_p{k}", f", busy {row[f'ours_p{k}_busy'] or 0:.2f}") for k in counts)
+            + "".join(f"  {peer} {figure(peer)}" for peer in ("sglang", "vllm")))
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--levels", type=int_list, default=int_list("8,16,32,64,128,192,256"), help="concurrency levels")
     pace = ap.add_mutually_exclusive_group()
-    pace.add_argument("--decode-tok-s", type=float, default=None, help="each stream's pace (default 100)")
-    pace.add_argument("--total-tok-s", type=float, default=None,
+    pace.add_argument("--decode-tok-s", type=positive, default=None, help="each stream's pace (default 100)")
+    pace.add_argument("--total-tok-s", type=positive, default=None,
                       help="the paced total instead: each level's streams run at total / concurrency tok/s each")
     ap.add_argument("--ttft-ms", type=float, default=20.0)
     ap.add_argument("--input-len", type=int, default=32)

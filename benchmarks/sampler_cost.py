@@ -31,19 +31,16 @@ import platform
 import resource
 import shutil
 import signal
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
 import psutil
-import requests
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -54,40 +51,18 @@ from pytest_sglang.bench.telemetry import Telemetry, open_gpus  # noqa: E402
 from pytest_sglang.envknobs import GPU_QUERY_ENV  # noqa: E402
 from pytest_sglang.launch.gpus import GpuReader  # noqa: E402
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+sys.path.insert(0, str(REPO / "benchmarks"))
+from client_ceiling import exit_on_signal, start_sim, stop_sims  # noqa: E402
 
 
 @contextlib.contextmanager
 def simulator(knobs: dict[str, Any], log: Path) -> Iterator[tuple[str, psutil.Process]]:
-    """One simulator with /metrics, in its own session; its group killed on the way out."""
-    port = free_port()
-    path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))  # a host given the tree alone
-    env = dict(os.environ, PYTEST_SGLANG_SIM=json.dumps(knobs), PYTHONPATH=path)
-    with open(log, "wb") as fh:
-        proc = subprocess.Popen([sys.executable, "-m", "pytest_sglang.sim", "--model-path", "sim-model", "--port",
-                                 str(port), "--enable-metrics"], stdout=fh, stderr=subprocess.STDOUT, env=env,
-                                start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
+    """One simulator with /metrics (client_ceiling's: it dies with this script, however it dies)."""
+    proc, url = start_sim(knobs, log, extra=["--enable-metrics"])
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if requests.get(url + "/health", timeout=2).status_code == 200:
-                    break
-            except requests.RequestException:
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit(f"the simulator did not start; its log: {log}")
-            time.sleep(0.2)
         yield url, psutil.Process(proc.pid)
     finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+        stop_sims([proc])
 
 
 @contextlib.contextmanager
@@ -157,6 +132,7 @@ class GpuSampler:
     query: str
     extra: dict[str, str]
     source: Any = None
+    _env: contextlib.ExitStack[bool | None] = field(default_factory=contextlib.ExitStack)
 
     def open(self) -> None:
         with gpu_query(self.query, self.extra):
@@ -166,12 +142,15 @@ class GpuSampler:
         self.source = source
 
     def start(self) -> None:
-        with gpu_query(self.query, self.extra):  # nvidia-smi's PATH and the fake's files, for its thread
-            self.source.start()
+        # nvidia-smi's PATH and the fake's files stay set while the thread runs: it reads them at every call
+        self._env = contextlib.ExitStack()
+        self._env.enter_context(gpu_query(self.query, self.extra))
+        self.source.start()
 
     def stop(self) -> int:
         samples = self.source.stop()
         self.source.close()
+        self._env.close()
         return len(samples)
 
 
@@ -266,9 +245,9 @@ def print_results(results: dict[str, Any]) -> None:
         print(f"| {row['source']} | {row['self_cpu_per_s']:.4f} | {row['children_cpu_per_s']:.4f} | "
               f"{row['server_cpu_per_s']:.4f} | {row['samples_per_s']:.1f} |")
     tok = results["tok_s"]
-    low, high = tok["ci95"] or (float("nan"), float("nan"))
+    ci = f"95% {tok['ci95'][0]:.4f}-{tok['ci95'][1]:.4f}" if tok["ci95"] else "no interval under 6 pairs"
     print(f"\ntok/s, telemetry on ({tok['gpu_source']} + /metrics) over off, {tok['pairs']} pairs: "
-          f"ratio {tok['ratio']:.4f} (95% {low:.4f}-{high:.4f}, one-sided p {tok['p_one_sided']:.3f}); "
+          f"ratio {tok['ratio']:.4f} ({ci}, one-sided p {tok['p_one_sided']:.3f}); "
           f"medians on {tok['on_median']:.1f}, off {tok['off_median']:.1f}")
     print("pairs (on/off): " + " ".join(f"{r:.3f}" for r in tok["ratios"]))
     print(f"took {results['seconds']:.1f} s; load average after {results['load_after']:.1f}")
@@ -289,6 +268,8 @@ def main() -> int:
                     help="the GPU source of the tok/s comparison's sampler (default: the best the machine has)")
     ap.add_argument("--json-out", default=None)
     args = ap.parse_args()
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(signum, exit_on_signal)
     knobs = {"startup_seconds": 0.2, "decode_tok_s": args.decode_tok_s, "ttft_ms": 20, "max_batch": 4096}
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="sampler-cost-") as tmp, \

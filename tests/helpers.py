@@ -3,11 +3,9 @@ makes a server a test starts by hand die with its pytest."""
 
 from __future__ import annotations
 
-import ctypes
 import os
 import signal
 import sys
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -15,6 +13,8 @@ from typing import Any
 
 import psutil
 import pytest
+
+from pytest_sglang.launch.process import die_with_parent
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -64,27 +64,11 @@ def reap_marked(mark: str, timeout: float = 15.0) -> list[str]:
     return names
 
 
-PR_SET_PDEATHSIG = 1  # linux/prctl.h
-
-
 def die_with_pytest() -> Callable[[], None] | None:
     """Popen's ``preexec_fn`` for a simulator or server a test starts by hand, outside the plugin's reaper: the
     kernel SIGKILLs the child when this process dies, SIGKILL of pytest included, when no teardown runs
-    (the child's own children then go as the simulator's do: end of file on their control pipe).
-
-    The kernel watches the calling thread, not the process, so the guard applies only from the main thread
-    (where fixtures run); elsewhere, and off Linux, it is None: no guard."""
-    if not sys.platform.startswith("linux") or threading.current_thread() is not threading.main_thread():
-        return None
-    prctl = ctypes.CDLL(None, use_errno=True).prctl
-    parent = os.getpid()
-
-    def guard() -> None:
-        prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL))
-        if os.getppid() != parent:  # the parent died before the request took: nobody would signal
-            os.kill(os.getpid(), signal.SIGKILL)
-
-    return guard
+    (the child's own children then go as the simulator's do: end of file on their control pipe)."""
+    return die_with_parent(signal.SIGKILL)
 
 
 def dead_pid() -> int:

@@ -10,13 +10,15 @@ No process may outlive a test session. Three nets catch descendants:
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Protocol
 
@@ -27,6 +29,28 @@ from pytest_sglang.launch.logdir import open_log
 from pytest_sglang.launch.members import TreeMembers
 
 OWNER_ENV = "PYTEST_SGLANG_OWNER"
+
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def die_with_parent(sig: signal.Signals = signal.SIGKILL) -> Callable[[], None] | None:
+    """Popen's ``preexec_fn`` for a process started outside the reaper's nets (a test's or a benchmark's own
+    simulator): the kernel sends it ``sig`` when the caller dies, however it dies, SIGKILL included.
+
+    The kernel watches the calling thread, not the process, so the guard applies only from the main thread;
+    elsewhere, and off Linux, it is None: no guard."""
+    if not sys.platform.startswith("linux") or threading.current_thread() is not threading.main_thread():
+        return None
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+    parent = os.getpid()
+
+    def guard() -> None:
+        prctl(PR_SET_PDEATHSIG, int(sig))
+        if os.getppid() != parent:  # the parent died before the request took: nobody would signal
+            os.kill(os.getpid(), sig)
+
+    return guard
+
 
 
 class ProcessTree(Protocol):
