@@ -104,6 +104,7 @@ class HostGpus:
         return _readings(reply.get("readings"))
 
     def start(self) -> None:
+        self._drain()  # a "stopped" that came after its stop() gave up must not answer this round's stop()
         self._samples = []
         self._sampling = True
         self._send({"do": "start", "gpus": self.gpus, "interval": self.interval})
@@ -147,6 +148,16 @@ class HostGpus:
         assert best is not None
         return best[1], best[0] / 2
 
+    def _drain(self) -> None:
+        while True:
+            try:
+                reply = self._replies.get_nowait()
+            except queue.Empty:
+                return
+            if reply is None:  # the connection's end stays for every later wait
+                self._replies.put(None)
+                return
+
     def _send(self, command: dict[str, Any]) -> None:
         with contextlib.suppress(OSError, ValueError):  # a gone agent: the reply wait says so
             assert self._proc.stdin is not None
@@ -171,21 +182,23 @@ class HostGpus:
 
     def _read_events(self) -> None:
         assert self._proc.stdout is not None
-        with self._proc.stdout:
-            for line in iter(self._proc.stdout.readline, b""):
-                try:
-                    event = json.loads(line)
-                except ValueError:
-                    continue
-                if not isinstance(event, dict):
-                    continue
-                if event.get("event") == "reading" and self._sampling:
-                    readings = _readings(event.get("readings"))
-                    if readings:
-                        self._samples.append((float(event["t"]) + self.offset, readings))
-                else:
-                    self._replies.put(event)
-        self._replies.put(None)
+        try:
+            with self._proc.stdout:
+                for line in iter(self._proc.stdout.readline, b""):
+                    try:
+                        event = json.loads(line)
+                        if not isinstance(event, dict):
+                            continue
+                        if event.get("event") == "reading" and self._sampling:
+                            readings = _readings(event.get("readings"))
+                            if readings:
+                                self._samples.append((float(event["t"]) + self.offset, readings))
+                        else:
+                            self._replies.put(event)
+                    except (KeyError, TypeError, ValueError):  # a malformed line is skipped, not the end
+                        continue
+        finally:
+            self._replies.put(None)
 
 
 def _readings(rows: Any) -> list[GpuReading] | None:

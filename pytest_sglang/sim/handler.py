@@ -78,14 +78,23 @@ class Handler(BaseHTTPRequestHandler):
     def sim(self) -> SimServer:
         return self.server.sim
 
+    def setup(self) -> None:
+        super().setup()
+        # taken once per connection (the trace forgets it), so a reused address cannot read a stale one
+        trace = self.sim.trace
+        self.accepted_at = trace.connection_accepted(self.client_address) if trace is not None else None
+        self.requests_read = 0  # on this connection
+
     def parse_request(self) -> bool:
         self.arrived = time.monotonic()  # the request line has just been read
+        self.requests_read += 1
         return super().parse_request()
 
     def traced(self, started: float, times: list[float], tokens: int) -> None:
-        """The request_trace knob's line for a streamed request that has been answered in full."""
+        """The request_trace knob's line for a streamed request that has been answered in full; ``accepted``
+        only on the connection's first request (later ones did not wait for an accept)."""
         if self.sim.trace is not None and not self.is_warmup:
-            self.sim.trace.record(path=self.path, accepted=self.sim.trace.connection_accepted(self.client_address),
+            self.sim.trace.record(path=self.path, accepted=self.accepted_at if self.requests_read == 1 else None,
                                   arrived=self.arrived, handled=started, chunks=times, written=time.monotonic(),
                                   tokens=tokens)
 
