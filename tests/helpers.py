@@ -71,6 +71,13 @@ def die_with_pytest() -> Callable[[], None] | None:
     return die_with_parent(signal.SIGKILL)
 
 
+def interruptible() -> None:
+    """Popen's ``preexec_fn`` for a child pytest a test will Ctrl-C: SIGINT back to its default, so that Python
+    installs its KeyboardInterrupt handler even where this suite was started with SIGINT ignored (a shell's
+    background job, nohup: the ignore is inherited, and Python then leaves SIGINT ignored)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def dead_pid() -> int:
     """The pid of a process that has exited and been reaped (a guardian that is gone, a run that ended)."""
     import subprocess

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from helpers import die_with_pytest, marked_processes, profile_toml, wait_for_no_processes
+from helpers import die_with_pytest, interruptible, marked_processes, profile_toml, wait_for_no_processes
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -214,7 +214,7 @@ def _mark(p):
 def _start_pytest(pytester: pytest.Pytester, *args: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-s", *args],
-        cwd=pytester.path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        cwd=pytester.path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, preexec_fn=interruptible,
     )
 
 

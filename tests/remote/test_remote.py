@@ -15,7 +15,7 @@ from pathlib import Path
 import psutil
 import pytest
 from conftest import Sshd
-from helpers import marked_processes, profile_toml, wait_for_no_processes
+from helpers import interruptible, marked_processes, profile_toml, wait_for_no_processes
 from test_lifecycle import READY_TEST as LOCAL_READY_TEST
 from test_lifecycle import project as local_project
 
@@ -189,7 +189,7 @@ def _start_pytest(pytester: pytest.Pytester, *args: str, env: dict[str, str] | N
                   ) -> subprocess.Popen[str]:
     return subprocess.Popen([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-s", *args],
                             cwd=pytester.path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env={**os.environ, **(env or {})})
+                            env={**os.environ, **(env or {})}, preexec_fn=interruptible)
 
 
 def _pytest_during_a_long_remote_startup(pytester: pytest.Pytester, sshd: Sshd, mark: str,

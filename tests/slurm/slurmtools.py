@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from helpers import REPO, marked_processes, wait_for_no_processes
+from helpers import REPO, interruptible, marked_processes, wait_for_no_processes
 
 SCRIPT = REPO / ".ci" / "slurm-cluster.sh"
 CLUSTER_DIR = Path(os.environ.get("SLURM_TEST_DIR", "/tmp/pytest-sglang-slurm"))
@@ -61,7 +61,7 @@ class Project:
 
     def start(self, name: str) -> subprocess.Popen[str]:
         return subprocess.Popen(self.argv(name), cwd=self.path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                text=True, env=self.cluster.env(), start_new_session=True)
+                                text=True, env=self.cluster.env(), start_new_session=True, preexec_fn=interruptible)
 
     def node_log(self, name: str, rank: int) -> Path:
         return self.path / "logs" / f"{name}.node{rank}.log"
