@@ -109,7 +109,7 @@ def find_change_points(values: Sequence[float], *, significance: float = SIGNIFI
         if not candidates:
             break
         top = max(candidates, key=lambda s: s.score)
-        p_value = _permutation_p(series, bounds, top.score, permutations, min_segment, rng)
+        p_value = _permutation_p(series, bounds, top.score, permutations, min_segment, significance, rng)
         if p_value > significance:
             break
         found.append(ChangePoint(index=top.index + offset, p_value=p_value))
@@ -138,10 +138,15 @@ def _check(values: Sequence[float], significance: float, permutations: int, min_
 
 
 def _permutation_p(series: list[float], bounds: list[int], observed: float, permutations: int, min_segment: int,
-                   rng: random.Random) -> float:
+                   significance: float, rng: random.Random) -> float:
+    """The permutation p-value of the best split; once so many shuffles scored as high that it cannot reach
+    ``significance`` the shuffling stops, and what comes back (above ``significance``) is only a lower bound."""
     segments = [series[lo:hi] for lo, hi in zip(bounds[:-1], bounds[1:], strict=True)]
+    hopeless = math.floor(significance * (permutations + 1) + 1e-9)  # this many shuffles at least as high: p > it
     at_least = 0
     for _ in range(permutations):
+        if at_least >= hopeless:
+            break
         top = 0.0
         for segment in segments:
             shuffled = segment[:]
