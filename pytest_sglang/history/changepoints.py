@@ -25,29 +25,34 @@ scipy, gevent and structlog; apache-otava 0.8.0 is a CLI application pinning num
 google-cloud-bigquery, pg8000 and slack-sdk; ruptures needs numpy and scipy and has no significance test, so no
 p-value. The method is a page of code, so the core carries it.
 
-Defaults, chosen on the simulator's evidence (benchmarks/history_sim.py, benchmarks/RESULTS-history.md: 35
-sessions, session drift CV 0.02-0.08, steps of 2-10 % at run 21, each series' values lognormal as the simulator
-draws them):
+Defaults, chosen on the simulator's evidence (benchmarks/history_sim.py, benchmarks/RESULTS-history.md: series
+of 35 sessions, the simulator's lognormal session drift of CV 0.02-0.08 times the per-session noise measured in
+350 real simulator sessions on this VM, steps of 2-10 % from run 21; 1000 series a cell, 500 for the comparisons):
 
-- ``significance`` 0.05: the issue's budget is at most 1 false step in 10 unchanged series; 0.05 keeps to it
-  (about 5 % of unchanged 35-run series show a step) and finds a 5 % step on drift 0.04 in about 79 % of series
-  (at run 21 +- 2 in 59 %) where 0.01 finds it in about 50 % (40 %); on drift 0.02 a 3 % step 89 % against 67 %.
-  No method reaches 9 in 10 at run 21 +- 2 on drift 0.04: even the best single split of the Gaussian likelihood,
-  told there is exactly one step, lands within +-2 runs in only about 74 % of series (RESULTS-history.md).
-  Each step carries its p-value, so a message can say how sure it is; a caller wanting fewer false steps passes
-  0.01.
+- ``significance`` 0.05: the issue allows 1 false step in 10 unchanged series; 0.05 shows a step in 4.9 % of
+  unchanged series on drift 0.04 and finds a 5 % step there in 68 % (at run 21 +- 2 in 46 %). On the first 500
+  of those series 0.01 shows a step in 1.6 % of unchanged ones (0.05: 5.6 %) but finds the 5 % step in only 42 %
+  (28 % at 21 +- 2; 0.05: 66 %, 42 %). On drift 0.02 a 5 % step is found in 97 % (83 % at 21 +- 2). Neither
+  reaches 9 in 10 at 21 +- 2 on drift 0.04; the step is too small for that noise: even the maximum-likelihood
+  split for Gaussian noise, told there is one step, lands within +-2 runs in only 61 % of those series (74 %
+  without the measured per-session noise). Each step carries its p-value, so a message says how sure it is; a
+  caller that would rather miss steps than see false ones passes 0.01.
 - ``permutations`` 199: the smallest p it can give is 0.005, a tenth of the significance, so a clear step is
   never refused for want of shuffles; the p-value's own sampling error at p=0.05 is about +-0.015. Time grows
-  linearly with it (below).
-- ``min_segment`` 4: a step is reported once 4 runs sit after it (and 4 before). 3, 4 and 5 found and placed
-  steps alike on the simulator (within 2 points); fewer than 4 after a step and two slow runs at the end of a
-  series would be a step of their own, more delays every verdict. A short series cannot give a small p: 8
-  values split 4 | 4 have 70 orders, 2 of which score as high as a perfect split, so p is about 0.03 at best.
+  linearly with it; a split that cannot reach the significance stops shuffling early.
+- ``min_segment`` 4: a step is reported once 4 runs sit after it (and 4 before). On drift 0.04 with a 5 % step
+  (500 series) 3 found 63 % (40 % at 21 +- 2), 4 66 % (42 %), 5 66 % (42 %): 3 is worse (two slow runs at a
+  series' end then make a segment of their own), 5 no better and a run later. A short series cannot give a
+  small p: 8 values split 4 | 4 have 70 orders, 2 of which score as high as a perfect split, so p is about 0.03
+  at best.
 
-Speed on the project's 2-core shared VM (Python 3.11, defaults, a series with one clear step): 35 values in about
-0.02 s, 100 in 0.07 s, 300 in 0.25 s, 500 in 0.5 s. Longer series are cut to their most recent ``window`` values
-(default 500) before the search: indices still refer to the values given, and nothing before the window is
-reported.
+MongoDB's signal-processing-algorithms 2.1.6 (installed in a throwaway Python 3.11 environment, p 0.05, 100
+permutations) on the same series found the 5 % step on drift 0.04 in 63 % (40 % at 21 +- 2) of 300 series, and a
+step in 6.3 % of unchanged ones: no better than this module.
+
+Speed (CPU seconds of one search with the defaults, a series with one step, this VM): 35 values 0.009 s, 100
+0.03 s, 300 0.13 s, 500 0.33 s. Longer series are cut to their most recent ``window`` values (default 500)
+before the search: indices still refer to the values given, and nothing before the window is reported.
 
 The caller drops runs without a figure (None, NaN) before calling, so a gap in the runs is simply a shorter
 series; any non-finite value left in is a :class:`SeriesError`.
