@@ -34,17 +34,16 @@ of 35 sessions, the simulator's lognormal session drift of CV 0.02-0.08 times th
   of those series 0.01 shows a step in 1.6 % of unchanged ones (0.05: 5.6 %) but finds the 5 % step in only 42 %
   (28 % at 21 +- 2; 0.05: 66 %, 42 %). On drift 0.02 a 5 % step is found in 97 % (83 % at 21 +- 2). Neither
   reaches 9 in 10 at 21 +- 2 on drift 0.04; the step is too small for that noise: even the maximum-likelihood
-  split for Gaussian noise, told there is one step, lands within +-2 runs in only 61 % of those series (74 %
-  without the measured per-session noise). Each step carries its p-value, so a message says how sure it is; a
-  caller that would rather miss steps than see false ones passes 0.01.
+  split for Gaussian noise, told there is one step, lands within +-2 runs in only 61 % of those series (69 %
+  with the drift alone, where this search places it in 56 %). Each step carries its p-value, so a message says
+  how sure it is; a caller that would rather miss steps than see false ones passes 0.01.
 - ``permutations`` 199: the smallest p it can give is 0.005, a tenth of the significance, so a clear step is
   never refused for want of shuffles; the p-value's own sampling error at p=0.05 is about +-0.015. Time grows
   linearly with it; a split that cannot reach the significance stops shuffling early.
 - ``min_segment`` 4: a step is reported once 4 runs sit after it (and 4 before). On drift 0.04 with a 5 % step
-  (500 series) 3 found 63 % (40 % at 21 +- 2), 4 66 % (42 %), 5 66 % (42 %): 3 is worse (two slow runs at a
-  series' end then make a segment of their own), 5 no better and a run later. A short series cannot give a
-  small p: 8 values split 4 | 4 have 70 orders, 2 of which score as high as a perfect split, so p is about 0.03
-  at best.
+  (500 series) 3 found 63 % (40 % at 21 +- 2), 4 66 % (42 %), 5 66 % (42 %): 3 is worse, 5 no better and a run
+  later. A short series cannot give a small p: 8 values split 4 | 4 have 70 orders, 2 of which score as high
+  as a perfect split, so p is about 0.03 at best.
 
 MongoDB's signal-processing-algorithms 2.1.6 (installed in a throwaway Python 3.11 environment, p 0.05, 100
 permutations) on the same series found the 5 % step on drift 0.04 in 63 % (40 % at 21 +- 2) of 300 series, and a
