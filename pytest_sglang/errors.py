@@ -106,6 +106,10 @@ class BaselineError(PluginError):
     """The baseline file cannot be read or written, or a check was asked for wrongly."""
 
 
+class SeriesError(PluginError, ValueError):
+    """A series handed to the change-point search, or its settings, cannot be searched: what was wrong."""
+
+
 class ResultNotFoundError(PluginError, KeyError):
     """No benchmark result was recorded for that profile and test in this session."""
 
