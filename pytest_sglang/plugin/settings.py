@@ -12,8 +12,8 @@ import pytest
 # Options a project may also set in its ini file (e.g. [tool.pytest.ini_options] sglang_profile = "base"); each
 # ini name is the option's dest. Path values in the ini file are relative to that file.
 INI_OPTIONS = ("sglang_profile", "sglang_baseline", "sglang_report", "sglang_log_dir", "sglang_max_cv",
-               "sglang_confidence")
-INI_PATHS = ("sglang_baseline", "sglang_report", "sglang_log_dir")
+               "sglang_confidence", "sglang_history")
+INI_PATHS = ("sglang_baseline", "sglang_report", "sglang_log_dir", "sglang_history")
 
 OPTIONS: tuple[tuple[str, dict[str, Any]], ...] = (
     ("--sglang-profile", dict(
@@ -80,6 +80,11 @@ OPTIONS: tuple[tuple[str, dict[str, Any]], ...] = (
         default=None, metavar="PATH",
         help="Write a JSON report of every profile's startup and benchmark figures to PATH (schema: "
              "docs/report-schema.md), and an HTML page with a tok/s chart next to it (PATH with .html).")),
+    ("--sglang-history", dict(
+        default=None, metavar="PATH",
+        help="Append this run's figures (per profile, test, machine and workload: every round, the commit, the "
+             "time, the outcome) to the SQLite run history at PATH, created if missing, and find the steps in "
+             "its series (`python -m pytest_sglang.history PATH` prints them). Nothing is written without it.")),
 )
 
 
@@ -134,6 +139,7 @@ class Settings:
     report_path: str | None
     gate_defaults: dict[str, str]  # --sglang-max-cv, --sglang-confidence: under each check's own
     empty_profile_option: bool = False  # --sglang-profile was given but names nothing (e.g. an unset CI variable)
+    history_path: Path | None = None  # --sglang-history: the run history store
 
     @classmethod
     def from_config(cls, config: pytest.Config) -> Settings:
@@ -156,6 +162,7 @@ class Settings:
             update_baseline=opt("sglang_update_baseline"),
             baseline_strict=opt("sglang_baseline_strict"),
             report_path=_option_or_ini(config, "sglang_report"),
+            history_path=Path(history).resolve() if (history := _option_or_ini(config, "sglang_history")) else None,
             gate_defaults={name: value for name, value in (("max_cv", _option_or_ini(config, "sglang_max_cv")),
                                                            ("confidence", _option_or_ini(config, "sglang_confidence")))
                            if value is not None},
