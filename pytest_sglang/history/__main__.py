@@ -30,6 +30,11 @@ def _short(commit: str | None) -> str:
     return commit[:10] if commit else "-"
 
 
+def _column(metric: str) -> str:
+    u = unit(metric)
+    return f"{metric} ({u})" if u and not metric.endswith(f"_{u}") else metric
+
+
 def _figure(value: float) -> str:
     return f"{value:.4g}" if abs(value) < 100 else f"{value:.1f}"
 
@@ -41,8 +46,8 @@ def _when(t: float) -> str:
 def render(runs: Sequence[StoredRun], series: Sequence[Series], steps: Sequence[Step], path: str) -> list[str]:
     """Per benchmark (profile, test, machine, workload): one row per run with each metric's median, then the
     steps found in its series."""
-    lines = [f"history {path}: {len(runs)} runs" + (f", {_when(runs[0].time)} to {_when(runs[-1].time)} UTC"
-                                                       if runs else "")]
+    span = f", {_when(runs[0].time)} to {_when(runs[-1].time)} UTC" if runs else ""
+    lines = [f"history {path}: {len(runs)} run{'s' if len(runs) != 1 else ''}{span}"]
     groups: dict[tuple[str, str, str, str], list[Series]] = {}
     for s in series:
         groups.setdefault(s.key[:4], []).append(s)
@@ -55,7 +60,7 @@ def render(runs: Sequence[StoredRun], series: Sequence[Series], steps: Sequence[
             for p in s.points:
                 by_run.setdefault(p.run_id, {})[s.metric] = p.value
                 commits[p.run_id] = (p.commit, p.time)
-        header = ["run", "commit", "time (UTC)", *(f"{m} ({unit(m)})" if unit(m) else m for m in metrics)]
+        header = ["run", "commit", "time (UTC)", *(_column(m) for m in metrics)]
         rows = [[str(run_id), _short(commits[run_id][0]), _when(commits[run_id][1]),
                  *(_figure(values[m]) if m in values else "-" for m in metrics)]
                 for run_id, values in sorted(by_run.items())]
@@ -76,7 +81,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     metrics = None if args.metric and "all" in args.metric else (args.metric or DEFAULT_METRICS)
     try:
         with HistoryStore.open(args.path, write=False) as store:
-            runs, rows = store.runs(), store.rows()
+            runs, rows = store.runs(), store.rows(metrics)
     except HistoryError as exc:
         print(f"python -m pytest_sglang.history: {exc}", file=sys.stderr)
         return 2
@@ -89,4 +94,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except BrokenPipeError:  # piped into head: the reader has what it wanted
+        sys.stderr.close()
+        sys.exit(0)

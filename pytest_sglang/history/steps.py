@@ -49,12 +49,16 @@ class Series:
     def values(self) -> list[float]:
         return [p.value for p in self.points]
 
-    def to_dict(self) -> dict[str, Any]:
-        """Its identity and number of runs (the JSON report's ``history.series``)."""
-        return {"profile": self.profile, "test": self.test, "machine": self.machine, "workload": self.workload,
-                "metric": self.metric, "runs": len(self.points),
-                "first_run": self.points[0].run_id if self.points else None,
-                "last_run": self.points[-1].run_id if self.points else None}
+    def to_dict(self, *, points: bool = False) -> dict[str, Any]:
+        """Its identity and number of runs (the JSON report's ``history.series``); ``points``: each run's
+        ``run_id``, ``commit``, ``time`` and ``value`` too (what a plot of the series needs)."""
+        out = {"profile": self.profile, "test": self.test, "machine": self.machine, "workload": self.workload,
+               "metric": self.metric, "runs": len(self.points),
+               "first_run": self.points[0].run_id if self.points else None,
+               "last_run": self.points[-1].run_id if self.points else None}
+        if points:
+            out["points"] = [asdict(p) for p in self.points]
+        return out
 
 
 @dataclass(frozen=True)

@@ -208,18 +208,19 @@ class HistoryStore:
         rows = self._read("SELECT id, time, created, commit_sha, exit_status, gate FROM runs ORDER BY id")
         return [StoredRun(*row) for row in rows]
 
-    def rows(self) -> list[Row]:
-        """Every stored metric of every benchmark, in run order."""
+    def rows(self, metrics: Sequence[str] | None = None) -> list[Row]:
+        """Every stored metric (or those of ``metrics``) of every benchmark, in run order."""
+        where = f"WHERE m.metric IN ({', '.join('?' * len(metrics))}) " if metrics is not None else ""
         rows = self._read(
             "SELECT r.id, r.time, r.commit_sha, b.profile, b.test, b.machine, b.workload, b.server_version, "
             "m.metric, m.median, m.rounds FROM runs r JOIN benchmarks b ON b.run_id = r.id "
-            "JOIN metrics m ON m.benchmark_id = b.id ORDER BY r.id, b.id, m.metric")
+            f"JOIN metrics m ON m.benchmark_id = b.id {where}ORDER BY r.id, b.id, m.metric", tuple(metrics or ()))
         return [Row(run_id=r[0], time=r[1], commit=r[2], profile=r[3], test=r[4], machine=r[5], workload=r[6],
                     server_version=r[7], metric=r[8], median=r[9], rounds=tuple(_rounds(r[10]))) for r in rows]
 
-    def _read(self, sql: str) -> list[Any]:
+    def _read(self, sql: str, params: tuple[Any, ...] = ()) -> list[Any]:
         try:
-            return list(self._conn.execute(sql))
+            return list(self._conn.execute(sql, params))
         except sqlite3.Error as exc:
             raise HistoryError(_unusable(self.path, exc, self.timeout)) from None
 

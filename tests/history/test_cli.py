@@ -47,8 +47,7 @@ def test_it_prints_each_series_its_runs_and_the_steps(history: Path) -> None:
     assert out[0] == f"history {history}: 20 runs, 2027-01-15 08:00 to 2027-02-03 08:00 UTC"
     assert "base  t.py::test_perf" in out and "  machine: ci | sglang 0.5.23" in out
     header = next(line for line in out if line.strip().startswith("run"))
-    assert header.split() == ["run", "commit", "time", "(UTC)", "median_ttft_ms", "(ms)", "output_throughput",
-                              "(tok/s)"]
+    assert header.split() == ["run", "commit", "time", "(UTC)", "median_ttft_ms", "output_throughput", "(tok/s)"]
     run3 = next(line for line in out if line.strip().startswith("3 "))
     assert run3.split()[1] == "0000002" and run3.split()[-2] == "-"  # no TTFT in run 3
     steps = [line.strip() for line in out if "stepped" in line]

@@ -77,18 +77,26 @@ def test_each_run_appends_one_run_with_its_commit_rounds_and_keys(project: pytes
     assert section["path"] == str(history) and section["run_id"] == 3 and section["commit"] is None
     series = {s["metric"]: s for s in section["series"]}
     assert series["output_throughput"]["runs"] == 3 and series["output_throughput"]["test"] == bench["test_id"]
+    points = series["output_throughput"]["points"]
+    assert [(p["run_id"], p["commit"], p["value"]) for p in points] == [(r.run_id, r.commit, r.median) for r in tok]
     assert section["steps"] == []  # three runs are too few to search
 
 
-def test_the_ini_path_is_relative_to_the_ini_file(project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_ini_path_is_relative_to_the_ini_file_and_git_names_the_commit(project: pytest.Pytester,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     toml = (project.path / "pyproject.toml").read_text().replace(
         "[tool.pytest.ini_options]\n", '[tool.pytest.ini_options]\nsglang_history = "ci/history.sqlite"\n', 1)
     (project.path / "pyproject.toml").write_text(toml)
     sub = project.mkdir("sub")
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.com", "-c", "commit.gpgsign=false"]
+    for args in (["init", "-q"], ["add", "pyproject.toml"], ["commit", "-q", "-m", "first"]):
+        subprocess.run([*git, *args], cwd=project.path, check=True, capture_output=True)
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=project.path, check=True,
+                          capture_output=True, text=True).stdout.strip()
     monkeypatch.chdir(sub)
     run(project, "../test_bench.py").assert_outcomes(passed=1)
     with HistoryStore.open(project.path / "ci" / "history.sqlite", write=False) as store:
-        assert len(store.runs()) == 1
+        assert [r.commit for r in store.runs()] == [head]  # the rootdir's git HEAD, with no variable set
     assert not (sub / "ci").exists()
 
 
@@ -135,6 +143,7 @@ BAD = {
     "read-only": (lambda p: (_history(p), p.chmod(0o444)), "is read-only (mode -r--r--r--)"),
     "newer": (lambda p: _history(p, "7"), "is of format version 7, newer than this pytest-sglang reads (version 1)"),
     "locked": (_history, "stayed locked by another process for 0.5 s"),
+    "read-only folder": (lambda p: (_history(p), p.parent.chmod(0o555)), "sits in a read-only folder"),
 }
 
 
@@ -157,6 +166,7 @@ def test_a_store_the_run_cannot_use_stops_it_before_any_server_launches(project:
         if holder is not None:
             holder.communicate("", timeout=30)
         history.chmod(0o644)
+        history.parent.chmod(0o755)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([f"ERROR: --sglang-history: *{message}*"])
     assert "It was left as it is" in result.stderr.str()
