@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
+from types import SimpleNamespace
 from typing import Any
 
+from pytest_sglang.baseline.checks import infrastructure_problem
 from pytest_sglang.baseline.directions import direction
 from pytest_sglang.baseline.store import workload_key
 from pytest_sglang.errors import BaselineError
@@ -61,19 +63,25 @@ def bench_key(bench: Mapping[str, Any]) -> str:
 
 
 def run_of(report: Mapping[str, Any], *, commit: str | None, time: float, exit_status: int | None,
-           machine_of: Callable[[str | None], str]) -> RunRecord:
-    """The run to append. ``machine_of(server_version)``: the machine key of a benchmark whose report entry has
-    none (this machine, with that server version)."""
-    benches = []
+           machine_of: Callable[[str | None], str]) -> tuple[RunRecord, list[dict[str, str]]]:
+    """The run to append, and the benchmarks left out of it with why: those whose figures say nothing about the
+    server (failed requests, a client-bound run: the gate's own rule), which would otherwise read as steps.
+    ``machine_of(server_version)``: the machine key of a benchmark whose report entry has none (this machine,
+    with that server version)."""
+    benches, skipped = [], []
     for profile, prof in report.get("profiles", {}).items():
         version = prof.get("server_version")
         for bench in prof.get("benchmarks", []):
+            problem = infrastructure_problem(SimpleNamespace(**bench["result"]))
             rounds = rounds_of(bench["result"])
-            if not rounds:
+            if problem or not rounds:
+                skipped.append({"profile": profile, "test": bench_key(bench),
+                                "reason": problem or "no figure with a known direction"})
                 continue
             benches.append(BenchRecord(
                 profile=profile, test=bench_key(bench), machine=bench.get("machine_key") or machine_of(version),
                 workload=workload_of(bench["result"]), rounds=rounds, server_version=version,
                 outcome=bench.get("outcome"), gate=bench.get("gate")))
     gate = (report.get("gate") or {}).get("status")
-    return RunRecord(commit=commit, time=time, exit_status=exit_status, gate=gate, benchmarks=tuple(benches))
+    run = RunRecord(commit=commit, time=time, exit_status=exit_status, gate=gate, benchmarks=tuple(benches))
+    return run, skipped

@@ -42,7 +42,7 @@ class SessionHistory:
         from pytest_sglang.history.steps import DEFAULT_METRICS, find_steps
         from pytest_sglang.history.store import HistoryStore
 
-        run = run_of(report, commit=commit, time=time, exit_status=exit_status, machine_of=machine_of)
+        run, skipped = run_of(report, commit=commit, time=time, exit_status=exit_status, machine_of=machine_of)
         try:
             with HistoryStore.open(self.path, timeout=self._timeout()) as store:
                 run_id = store.append(run)
@@ -53,5 +53,6 @@ class SessionHistory:
         mine = {(b.profile, b.test, b.machine, b.workload) for b in run.benchmarks}
         series, steps = find_steps(r for r in rows if (r.profile, r.test, r.machine, r.workload) in mine)
         self.section = {"path": str(self.path), "run_id": run_id, "commit": commit,
-                        "series": [s.to_dict(points=True) for s in series], "steps": [s.to_dict() for s in steps]}
+                        "series": [s.to_dict(points=True) for s in series], "steps": [s.to_dict() for s in steps],
+                        "skipped": skipped}
         return self.section

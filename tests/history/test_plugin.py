@@ -111,6 +111,21 @@ def test_under_xdist_the_controller_appends_the_run_once_with_every_worker_s_ben
     assert {r.test for r in rows} == {"test_bench.py::test_tok_s", "test_second.py::test_other"}
 
 
+def test_two_pytest_runs_at_once_both_append(project: pytest.Pytester) -> None:
+    """Two CI jobs sharing one store, each a whole pytest run with its own server: both runs land, whole."""
+    history = project.path / "h.sqlite"
+    args = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--sglang-profile=p", "--sglang-sim",
+            f"--sglang-history={history}"]
+    procs = [project.popen([*args, f"--sglang-log-dir=logs{n}"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                           stdin=subprocess.DEVNULL) for n in range(2)]
+    outs = [p.communicate(timeout=120)[0].decode() for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    with HistoryStore.open(history, write=False) as store:
+        runs, rows = store.runs(), store.rows(["output_throughput"])
+    assert [r.id for r in runs] == [1, 2]
+    assert [(r.run_id, len(r.rounds)) for r in rows] == [(1, 2), (2, 2)]
+
+
 HOLDER = '''
 import sqlite3, sys
 conn = sqlite3.connect(sys.argv[1], isolation_level=None)
