@@ -69,6 +69,7 @@ class Check:
     cv_pct: float | None = None
     baseline_cv_pct: float | None = None
     reason: str | None = None  # why it was not judged, or why the tolerance alone decided
+    detectable_pct: float | None = None  # the smallest change in the bad direction caught at 80 % (power.py)
 
     def to_dict(self) -> dict[str, Any]:
         return {"metric": self.metric, "current": self.current, "baseline": self.baseline,
@@ -76,7 +77,8 @@ class Check:
                 "change_pct": self.change_pct, "message": self.message, "rounds": self.rounds,
                 "baseline_rounds": self.baseline_rounds, "method": self.method, "p_value": self.p_value,
                 "ci_pct": list(self.ci_pct) if self.ci_pct else None, "cv_pct": self.cv_pct,
-                "baseline_cv_pct": self.baseline_cv_pct, "reason": self.reason, "sessions": self.sessions}
+                "baseline_cv_pct": self.baseline_cv_pct, "reason": self.reason, "sessions": self.sessions,
+                "detectable_pct": self.detectable_pct}
 
 
 @dataclass
@@ -188,7 +190,7 @@ def compare_one(metric: str, current: float | Sequence[float] | None, baseline: 
     return Check(metric, j.current, j.reference, tolerance, d, status, j.change_pct, message + hint,
                  rounds=j.current_n, baseline_rounds=j.reference_n, method=j.method, p_value=j.p_value,
                  ci_pct=j.ci_pct, cv_pct=j.current_cv_pct, baseline_cv_pct=j.reference_cv_pct, reason=reason,
-                 sessions=len(sessions))
+                 sessions=len(sessions), detectable_pct=j.detectable_pct)
 
 
 def infrastructure_problem(result: Any) -> str | None:
@@ -224,6 +226,7 @@ def compare(
     also_record: Iterable[str] = (),
     confidence: float = DEFAULT_CONFIDENCE,
     max_cv_pct: float | None = DEFAULT_MAX_CV_PCT,
+    fail_not_judged: bool = False,
 ) -> Comparison:
     """Compare ``result``'s figures (its rounds, where it has several) with the stored baseline, or record
     them, with ``update``."""
@@ -258,8 +261,9 @@ def compare(
         if check.status == "improved" or (check.status == "ok" and "not significant" in check.message):
             comp.notes.append(check.message)
         if check.status == "not-judged":
-            if strict:
-                comp.errors.append(f"{check.message} (--sglang-baseline-strict makes this a failure)")
+            if strict or fail_not_judged:
+                option = "--sglang-baseline-strict" if strict else "--sglang-not-judged=fail"
+                comp.errors.append(f"{check.message} ({option} makes this a failure)")
             else:
                 comp.warnings.append(check.message)
     missing = [c for c in comp.checks if c.status == "no-baseline"]
@@ -350,10 +354,12 @@ class BaselineChecker:
     """One per session: the store, the mode (compare, update, strict) and the machine per server version."""
 
     def __init__(self, store: BaselineStore, *, update: bool = False, strict: bool = False,
-                 commit: str | None = None, gate_defaults: Mapping[str, str | float] | None = None) -> None:
+                 commit: str | None = None, gate_defaults: Mapping[str, str | float] | None = None,
+                 fail_not_judged: bool = False) -> None:
         self.store = store
         self.update = update
         self.strict = strict
+        self.fail_not_judged = fail_not_judged  # --sglang-not-judged=fail
         self.commit = commit
         self.gate_defaults = dict(gate_defaults or {})  # max_cv, confidence for checks that set none
         self._machines: dict[str | None, Machine] = {}
@@ -383,7 +389,8 @@ class BaselineChecker:
         also = ["output_throughput"] if metric_value(result, "output_throughput") is not None else []
         comp = compare(result, tolerances, store=self.store, profile=profile, test_id=_point_key(test_id, result),
                        machine=machine or self.machine(server), update=self.update, strict=self.strict,
-                       commit=self.commit, also_record=also, confidence=confidence, max_cv_pct=max_cv)
+                       commit=self.commit, also_record=also, confidence=confidence, max_cv_pct=max_cv,
+                       fail_not_judged=self.fail_not_judged)
         for text in comp.warnings:
             warnings.warn(NotJudgedWarning(text), stacklevel=2)
         return comp

@@ -42,7 +42,8 @@ class Measurements:
             s = self.settings
             self._checker = BaselineChecker(
                 BaselineStore(s.baseline_path or s.rootdir / DEFAULT_FILENAME), update=s.update_baseline,
-                strict=s.baseline_strict, commit=run_commit(s.rootdir), gate_defaults=s.gate_defaults)
+                strict=s.baseline_strict, commit=run_commit(s.rootdir), gate_defaults=s.gate_defaults,
+                fail_not_judged=s.fail_not_judged)
         return self._checker
 
     def server_label(self, server: ServerHandle) -> str | None:
@@ -191,8 +192,12 @@ class Measurements:
 
         request.node.user_properties.extend([("sglang_gate", outcome.gate)] + (
             [("sglang_gate_reason", outcome.gate_reason)] if outcome.gate_reason else []))
-        for judged in outcome.not_judged:
-            warnings.warn(NotJudgedWarning(judged.message), stacklevel=3)
         if outcome.failed:
             pytest.fail(outcome.failure_message(), pytrace=False)
+        if outcome.not_judged and self.settings.fail_not_judged:
+            pytest.fail("\n  ".join([f"{outcome.second} vs {outcome.first} could not be judged "
+                                     "(--sglang-not-judged=fail makes this a failure):",
+                                     *(j.message for j in outcome.not_judged)]), pytrace=False)
+        for judged in outcome.not_judged:
+            warnings.warn(NotJudgedWarning(judged.message), stacklevel=3)
 

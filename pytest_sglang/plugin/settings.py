@@ -12,7 +12,8 @@ import pytest
 # Options a project may also set in its ini file (e.g. [tool.pytest.ini_options] sglang_profile = "base"); each
 # ini name is the option's dest. Path values in the ini file are relative to that file.
 INI_OPTIONS = ("sglang_profile", "sglang_baseline", "sglang_report", "sglang_log_dir", "sglang_max_cv",
-               "sglang_confidence", "sglang_history")
+               "sglang_confidence", "sglang_not_judged", "sglang_history")
+NOT_JUDGED_CHOICES = ("warn", "fail")
 INI_PATHS = ("sglang_baseline", "sglang_report", "sglang_log_dir", "sglang_history")
 
 OPTIONS: tuple[tuple[str, dict[str, Any]], ...] = (
@@ -72,6 +73,12 @@ OPTIONS: tuple[tuple[str, dict[str, Any]], ...] = (
         help="Default for every baseline check that sets no max_cv of its own: rounds spread more than this "
              "(CV, e.g. 15%%, or off) are not judged (default 10%%). A noisy GPU runner raises it here, "
              "not in each test.")),
+    ("--sglang-not-judged", dict(
+        default=None, choices=NOT_JUDGED_CHOICES,
+        help="What a check that could not judge does to its test (A/B, baseline): warn (default: it passes "
+             "with a NotJudgedWarning and shows as NOT JUDGED in the summary, the report and junit's sglang_gate, "
+             "as a neutral check does not block a pull request) or fail (a strict gate: the test fails with what "
+             "would decide it). A certain regression always fails.")),
     ("--sglang-confidence", dict(
         default=None, metavar="PCT",
         help="Default for every baseline check that sets no confidence of its own: how sure a regression "
@@ -138,6 +145,8 @@ class Settings:
     baseline_strict: bool
     report_path: str | None
     gate_defaults: dict[str, str]  # --sglang-max-cv, --sglang-confidence: under each check's own
+    fail_not_judged: bool = False  # --sglang-not-judged=fail
+    not_judged_option: str | None = None  # as given (the command line's, else the ini file's)
     empty_profile_option: bool = False  # --sglang-profile was given but names nothing (e.g. an unset CI variable)
     history_path: Path | None = None  # --sglang-history: the run history store
 
@@ -167,6 +176,8 @@ class Settings:
                                                            ("confidence", _option_or_ini(config, "sglang_confidence")))
                            if value is not None},
             empty_profile_option=bool(given) and not raw,
+            fail_not_judged=_option_or_ini(config, "sglang_not_judged") == "fail",
+            not_judged_option=_option_or_ini(config, "sglang_not_judged"),
         )
 
     def usage_problem(self) -> str | None:
@@ -200,6 +211,9 @@ class Settings:
                 gate_options(self.gate_defaults)
             except BaselineError as exc:
                 return f"--sglang-max-cv / --sglang-confidence: {exc}"
+        if self.not_judged_option is not None and self.not_judged_option not in NOT_JUDGED_CHOICES:
+            return (f"sglang_not_judged = {self.not_judged_option!r} is not one of {', '.join(NOT_JUDGED_CHOICES)}: "
+                    "set it to warn (a check that could not judge passes with a warning) or fail.")
         if self.distributed and self.reuse:
             return ("--sglang-reuse does not work with pytest-xdist yet: under -n the controller stops the shared "
                     "servers at the end. Drop one of them (a shared server already launches once per run).")
