@@ -113,6 +113,7 @@ def build_report(ledger: SessionLedger, *, machine: Machine | None = None, commi
                 "test_id": b.test_id,
                 "nodeid": b.nodeid,
                 "outcome": b.outcome,
+                "machine_key": b.machine_key,
                 "gate": gate,
                 "gate_reason": reason,
                 "result": b.result.to_dict(),
