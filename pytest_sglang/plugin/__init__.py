@@ -83,12 +83,13 @@ class SGLangPlugin:
         self._log_dir: Path | None = None
         self._failure_shown: set[str] = set()
         self.shared = distributed.worker_servers(config)  # under pytest-xdist: the run's shared servers
-        self.measure = Measurements(self.settings, self.ledger, self.shared)
+        # every process reads the history for its checks; the one holding every result appends to it
+        self.history = SessionHistory(self.settings.history_path, appends=not hasattr(config, "workerinput"))
+        self.measure = Measurements(self.settings, self.ledger, self.shared, self.history)
         self.run = distributed.ControllerRun(self.settings)  # the xdist controller's side (inert elsewhere)
         from pytest_sglang.server.pool import ServerPool
 
         self.pool = ServerPool(self.open_server)  # the servers A/B tests need alive at once
-        self.history = SessionHistory(self.settings.history_path if not hasattr(config, "workerinput") else None)
         self.started = time.time()
 
     @functools.cached_property
@@ -300,7 +301,7 @@ class SGLangPlugin:
         report = build_report(self.ledger, machine=checker.machine(None), commit=checker.commit,
                               baseline_path=str(checker.store.path) if self.measure.checked else None)
         report = summarize(self.run.merged(report))  # sweeps and gates over every worker's benchmarks
-        if self.history.path is not None:
+        if self.history.appends:
             report["history"] = self.history.section or {"path": str(self.history.path),
                                                          "error": self.history.error}
         return report
@@ -322,7 +323,7 @@ class SGLangPlugin:
             distributed.send_to_controller(self.config, self.ledger, self.report())
         for line in self.run.stop_servers():
             self.status(f"[sglang] stopped the shared server of {line}")
-        if self.history.path is not None:
+        if self.history.appends:
             self._append_history(session)
         path = self.settings.report_path
         if self.shared is not None or not (path or (self._has_benches() and os.environ.get("GITHUB_STEP_SUMMARY"))):
