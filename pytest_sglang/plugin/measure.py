@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from pytest_sglang.baseline.engine import ABComparison
     from pytest_sglang.bench import BenchResult
     from pytest_sglang.bench.ab import ABResult
+    from pytest_sglang.plugin.history import SessionHistory
     from pytest_sglang.plugin.settings import Settings
     from pytest_sglang.server import ServerHandle
     from pytest_sglang.server.pool import ServerPool
@@ -25,8 +26,10 @@ if TYPE_CHECKING:
 class Measurements:
     """The session's benchmarks and baseline checks, recorded in its ledger."""
 
-    def __init__(self, settings: Settings, ledger: SessionLedger, shared: SharedServers | None) -> None:
+    def __init__(self, settings: Settings, ledger: SessionLedger, shared: SharedServers | None,
+                 history: SessionHistory) -> None:
         self.settings = settings
+        self.history = history
         self.ledger = ledger
         self.shared = shared
         self._checker: BaselineChecker | None = None
@@ -36,12 +39,13 @@ class Measurements:
     @property
     def checker(self) -> BaselineChecker:
         if self._checker is None:
-            from pytest_sglang.baseline import DEFAULT_FILENAME, BaselineChecker, BaselineStore, git_commit
+            from pytest_sglang.baseline import DEFAULT_FILENAME, BaselineChecker, BaselineStore
+            from pytest_sglang.baseline.machine import run_commit
 
             s = self.settings
             self._checker = BaselineChecker(
                 BaselineStore(s.baseline_path or s.rootdir / DEFAULT_FILENAME), update=s.update_baseline,
-                strict=s.baseline_strict, commit=git_commit(s.rootdir), gate_defaults=s.gate_defaults,
+                strict=s.baseline_strict, commit=run_commit(s.rootdir), gate_defaults=s.gate_defaults,
                 fail_not_judged=s.fail_not_judged)
         return self._checker
 
@@ -60,19 +64,20 @@ class Measurements:
         from pytest_sglang.errors import BenchmarkFailedError
         from pytest_sglang.report import junit_properties
 
-        self.server_label(server)
+        label = self.server_label(server)
+        machine_key = (server.machine(label) or self.checker.machine(label)).key
         test_id = strip_param(request.node.nodeid, server.profile)
         try:
             result = run_bench(server, **kwargs)
         except BenchmarkFailedError as exc:
             if exc.result is not None:
-                self.ledger.add_bench(server.profile, test_id, request.node.nodeid, exc.result)
+                self.ledger.add_bench(server.profile, test_id, request.node.nodeid, exc.result, machine_key)
                 request.node.user_properties.extend(junit_properties(exc.result))  # sglang_gate: not-judged
             server.check_alive(wait=5.0)  # requests that failed as the server died: report the death
             fail_with(exc)
         if result.connection_errors:
             server.check_alive(wait=5.0)
-        self.ledger.add_bench(server.profile, test_id, request.node.nodeid, result)
+        self.ledger.add_bench(server.profile, test_id, request.node.nodeid, result, machine_key)
         if self.shared is not None:
             from pytest_sglang.exchange import PublishedBench
 
@@ -97,10 +102,12 @@ class Measurements:
                         "startup time to check or record")
         label = self.server_label(server) if server is not None else self.ledger.server_versions.get(profile)
         self.checked = True
+        test_id = strip_param(request.node.nodeid, profile)
+        machine = (server.machine(label) if server is not None else None) or self.checker.machine(label)
         try:
-            comp = self.checker.check(result, tolerances, profile=profile,
-                                      test_id=strip_param(request.node.nodeid, profile), server=label,
-                                      machine=server.machine(label) if server is not None else None)
+            past = self.history.past_runs(result, profile=profile, test_id=test_id, machine=machine.key)
+            comp = self.checker.check(result, tolerances, profile=profile, test_id=test_id, server=label,
+                                      machine=machine, history=past)
         except BaselineError as exc:
             fail_with(exc)
         entries = [b for b in self.ledger.entries_for(request.node.nodeid) if b.result is result]

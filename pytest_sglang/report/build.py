@@ -16,7 +16,7 @@ from pytest_sglang.session import SessionLedger
 SCHEMA = "pytest-sglang-report"
 SCHEMA_VERSION = 1
 _CHECK_DETAIL = ("rounds", "baseline_rounds", "method", "p_value", "ci_pct", "cv_pct", "baseline_cv_pct", "reason",
-                 "sessions")
+                 "sessions", "detectable_pct", "history")
 
 
 def _baseline_view(comps: Iterable[Comparison]) -> dict[str, Any]:
@@ -113,6 +113,7 @@ def build_report(ledger: SessionLedger, *, machine: Machine | None = None, commi
                 "test_id": b.test_id,
                 "nodeid": b.nodeid,
                 "outcome": b.outcome,
+                "machine_key": b.machine_key,
                 "gate": gate,
                 "gate_reason": reason,
                 "result": b.result.to_dict(),
