@@ -367,7 +367,7 @@ def gate_options(options: Mapping[str, Any]) -> tuple[float, float | None]:
         value = _percent("confidence", raw)
         confidence = value / 100.0 if value > 1 or str(raw).strip().endswith("%") else value
         if not 0.5 <= confidence < 1:
-            raise BaselineError(f"confidence must be between 50% and 100%, got {raw!r}")
+            raise BaselineError(f"confidence must be at least 50% and below 100% (e.g. 95% or 99.9%), got {raw!r}")
     max_cv: float | None = DEFAULT_MAX_CV_PCT
     if "max_cv" in options:
         raw = options["max_cv"]

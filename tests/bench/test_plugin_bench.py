@@ -175,4 +175,4 @@ def test_throughput(sglang_bench, sglang_baseline):
     assert "too noisy to judge" in strict_cv.stdout.str() and "(limit 0.0001%)" in strict_cv.stdout.str()
     bad = go("--sglang-confidence=lots")
     assert bad.ret == pytest.ExitCode.USAGE_ERROR
-    bad.stderr.fnmatch_lines(["*--sglang-max-cv / --sglang-confidence: confidence must be a percentage*"])
+    bad.stderr.fnmatch_lines(["*--sglang-confidence: confidence must be a percentage*"])
