@@ -109,7 +109,8 @@ class SGLangPlugin:
         if self._profiles is None:
             from pytest_sglang.config.profiles import load_profiles
 
-            self._profiles = load_profiles(self.settings.rootdir, self.settings.config_path)
+            self._profiles = load_profiles(self.settings.rootdir, self.settings.config_path,
+                                           keep_going=True)
         return self._profiles
 
     def params(self) -> list[str]:
@@ -128,8 +129,12 @@ class SGLangPlugin:
                                                                                                "--sglang-profile"))
             elif self.settings.sim and not self.settings.url:
                 raise pytest.UsageError(sim_without_profile(sorted(self.profiles().profiles)))
+            profiles = self.profiles()
         except PluginError as exc:
             raise pytest.UsageError(str(exc)) from None
+        for name in profiles.unselected_broken(self.settings.profiles):
+            self.status(f"[sglang] warning: profile {name!r} is broken and was not selected, so this run goes on "
+                        f"without it: {profiles.broken[name]}")
         try:
             self.history.check()  # before any server launches: a store this run could not append to stops it
         except HistoryError as exc:

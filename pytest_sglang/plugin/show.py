@@ -40,7 +40,9 @@ def show_profiles(settings: Settings, write: Callable[[str], None]) -> int:
     """Write each selected profile (every defined one if none is selected); 0 if each can be planned, 1 if
     one cannot (its problem is shown), 4 for an unknown profile or a broken profiles file."""
     try:
-        profiles = load_profiles(settings.rootdir, settings.config_path)
+        profiles = load_profiles(settings.rootdir, settings.config_path, keep_going=True)
+        if profiles.broken and not settings.profiles:
+            raise ProfileError(profiles.mistakes())  # showing every profile: each one's mistakes, in one pass
         chosen = (profiles.select(list(settings.profiles)) if settings.profiles
                   else list(profiles.profiles.values()))
     except ProfileError as exc:
