@@ -125,3 +125,15 @@ def test_every_profile_mistake_is_told_in_one_run_and_an_unselected_one_blocks_n
     fine.assert_outcomes(passed=1)
     fine.stdout.fnmatch_lines(["*warning: profile 'a' is broken and was not selected, so this run goes on without "
                                "it: *unknown key*"])
+
+
+def test_under_the_simulator_what_the_real_launch_would_miss_is_said(pytester: pytest.Pytester, mark: str) -> None:
+    """The simulator uses no model or interpreter; a user developing on it hears of a missing one now."""
+    pytester.makefile(".toml", pyproject=profile_toml("p", mark, body='python = "/no/such/venv/bin/python"'))
+    pytester.makepyfile(test_user=SERVER_TEST)
+    result = _run(pytester, "--sglang-profile=p", "--sglang-sim")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*warning: without --sglang-sim this launch would fail: *python /no/such/venv/bin/"
+                                 "python does not exist*"])
+    shown = _run(pytester, "--sglang-profile=p", "--sglang-sim", "--sglang-show")
+    shown.stdout.fnmatch_lines(["*warning*without --sglang-sim: *python /no/such/venv/bin/python does not exist*"])

@@ -27,6 +27,7 @@ from pytest_sglang.launch.plan import (
     NOT_NEEDED_BY_SIM,
     LaunchPlan,
     launch_problems,
+    real_launch_problems,
     plan_launch,
     register_profile_secrets,
 )
@@ -100,6 +101,7 @@ def profile_lines(profile: Profile, settings: Settings) -> tuple[list[str], bool
         problems += launch_problems(plan)
     except ProfileError as exc:
         problems.append(str(exc))
+    later = real_launch_problems(profile, state_dir() / "logs" / "NEW-RUN-FOLDER") if settings.sim else []
     rows = [("kind", profile.kind + (" (the bundled simulator runs it: --sglang-sim)" if settings.sim else ""))]
     if plan is not None and profile.slurm is not None:
         try:
@@ -128,6 +130,7 @@ def profile_lines(profile: Profile, settings: Settings) -> tuple[list[str], bool
         where = "" if log_dir else " (NEW-RUN-FOLDER: a new folder for each run)"
         rows.append(("log", f"{plan.log_path}{where}"))
     rows += [("problem", problem) for problem in problems]
+    rows += [("warning", f"without --sglang-sim: {problem}") for problem in later]
     width = max(len(label) for label, _ in rows)
     return [f"profile {profile.name}"] + [f"  {label.ljust(width)}  {text}" for label, text in rows], not problems
 
