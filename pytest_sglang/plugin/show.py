@@ -27,8 +27,8 @@ from pytest_sglang.launch.plan import (
     NOT_NEEDED_BY_SIM,
     LaunchPlan,
     launch_problems,
-    real_launch_problems,
     plan_launch,
+    real_launch_problems,
     register_profile_secrets,
 )
 from pytest_sglang.plugin.settings import Settings
