@@ -155,7 +155,7 @@ def test_misuse_says_what_to_do(pytester: pytest.Pytester, mark: str, option: st
     pytester.makepyfile(test_ab=MISUSED)
     # --sglang-url attaches to a running server: with --sglang-sim beside it the run would be a usage error
     given = ["--sglang-sim", "--sglang-profile=main,other"] if option.startswith("-n") else ["--sglang-profile=main"]
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", *given, option, timeout=120)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-rs", *given, option, timeout=120)
     out = result.stdout.str()
     assert "takes two different profile names and together=True|False, got args ('main',)" in out
     assert "got args ('main', 'main')" in out
