@@ -71,9 +71,6 @@ class BenchRecord:
     outcome: str | None = None  # the test's outcome: passed, failed, ...
     gate: str | None = None  # its gate: passed, regressed, not-judged, recorded, or None
 
-    def medians(self) -> dict[str, float]:
-        return {m: statistics.median(v) for m, v in _finite(self.rounds).items()}
-
 
 @dataclass(frozen=True)
 class RunRecord:
@@ -146,7 +143,7 @@ class HistoryStore:
         conn = _connect(path, write=write, timeout=timeout)
         store = cls(path, conn, writable=write, timeout=timeout)
         try:
-            store._inspect()
+            store._inspect(thorough=True)
             if write:
                 store._write_check()
         except BaseException:
@@ -186,7 +183,11 @@ class HistoryStore:
             raise HistoryError(f"history store {self.path} was opened read-only; open it with write=True to append")
         created = datetime.fromtimestamp(run.time, timezone.utc).isoformat(timespec="seconds")
         with self._transaction() as tx:
-            _migrate(tx, self._inspect(tx) or VERSION, self.path)
+            version = self._inspect(tx)
+            if version is None:  # emptied since it was opened: begin it anew rather than fail the run
+                _create(tx)
+            else:
+                _migrate(tx, version, self.path)
             cur = tx.execute("INSERT INTO runs (time, created, commit_sha, exit_status, gate) VALUES (?, ?, ?, ?, ?)",
                              (run.time, created, run.commit, run.exit_status, run.gate))
             run_id = int(cur.lastrowid or 0)
@@ -226,9 +227,10 @@ class HistoryStore:
 
     # The checks.
 
-    def _inspect(self, conn: sqlite3.Connection | None = None) -> int | None:
+    def _inspect(self, conn: sqlite3.Connection | None = None, *, thorough: bool = False) -> int | None:
         """The store's format version, None for an empty database (a new store); HistoryError for anything that
-        is not a history store this version can use."""
+        is not a history store this version can use. ``thorough``: SQLite's quick_check of every page too (once,
+        when the store is opened: a damaged file is refused before the run, not found at its end)."""
         conn = conn or self._conn
         path = self.path
         try:
@@ -243,7 +245,7 @@ class HistoryStore:
                     f"{path} is an SQLite database but not a pytest-sglang history store (its tables: {names}). It "
                     "was left as it is. Point --sglang-history (ini sglang_history) at a new file, e.g. "
                     ".sglang-history.sqlite; a history store is created there on the first run.")
-            problem = conn.execute("PRAGMA quick_check").fetchone()[0]
+            problem = conn.execute("PRAGMA quick_check").fetchone()[0] if thorough else "ok"
         except sqlite3.Error as exc:
             raise HistoryError(_unusable(path, exc, self.timeout)) from None
         if problem != "ok":
@@ -274,6 +276,9 @@ class HistoryStore:
             raise HistoryError(_not_writable(self.path, exc, self.timeout)) from None
         try:
             yield conn
+        except sqlite3.Error as exc:  # a full disk, an I/O error: said as the store's problem, nothing half-written
+            _rollback(conn)
+            raise HistoryError(_not_writable(self.path, exc, self.timeout)) from None
         except BaseException:
             _rollback(conn)
             raise
@@ -285,8 +290,12 @@ class HistoryStore:
 
 
 def _rollback(conn: sqlite3.Connection) -> None:
-    if conn.in_transaction:
-        conn.execute("ROLLBACK")
+    """Undo the open transaction; where even that fails, SQLite rolls the journal back on the next open."""
+    try:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+    except sqlite3.Error:
+        pass
 
 
 class _Rollback(Exception):
@@ -408,4 +417,7 @@ def _not_writable(path: Path, exc: sqlite3.Error, timeout: float) -> str:
     if "readonly" in text or "read-only" in text or "unable to open" in text:
         return (f"history store {path} cannot be written ({text}): the file, its folder or its file system is "
                 "read-only. Make it writable, or point --sglang-history at a writable place. It was left as it is.")
-    return _unusable(path, exc, timeout)
+    if "not a database" in text or "malformed" in text:
+        return _corrupt(path, text)
+    return (f"history store {path} cannot be written ({text}): is its disk full? Nothing of this run was written; "
+            "the store was left as it was. Free space, or point --sglang-history at another place.")
