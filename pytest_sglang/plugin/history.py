@@ -4,11 +4,14 @@ controller under it), and what that found for the JSON report's ``history`` sect
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pytest_sglang.errors import HistoryError
+
+if TYPE_CHECKING:
+    from pytest_sglang.session import ABEntry
 
 
 class SessionHistory:
@@ -34,7 +37,8 @@ class SessionHistory:
         HistoryStore.open(self.path, timeout=self._timeout()).close()
 
     def append(self, report: dict[str, Any], *, commit: str | None, time: float, exit_status: int,
-               machine_of: Callable[[str | None], str]) -> dict[str, Any] | None:
+               machine_of: Callable[[str | None], str], ab: Sequence[ABEntry] = (),
+               versions: Mapping[str, str | None] | None = None) -> dict[str, Any] | None:
         """Append this run; return the report's history section (or None, with ``error`` set)."""
         if self.path is None:
             return None
@@ -42,7 +46,8 @@ class SessionHistory:
         from pytest_sglang.history.steps import DEFAULT_METRICS, find_steps
         from pytest_sglang.history.store import HistoryStore
 
-        run, skipped = run_of(report, commit=commit, time=time, exit_status=exit_status, machine_of=machine_of)
+        run, skipped = run_of(report, commit=commit, time=time, exit_status=exit_status, machine_of=machine_of,
+                              ab=ab, versions=versions)
         try:
             with HistoryStore.open(self.path, timeout=self._timeout()) as store:
                 run_id = store.append(run)
