@@ -281,3 +281,10 @@ def test_each_side_of_an_ab_run_is_its_own_series_keyed_by_the_ab_workload(pytes
         assert row.test == "test_ab.py::test_cand" and row.machine.startswith("hist-machine | sglang ")
         assert row.workload == "concurrency=4 input_len=8 num_requests=4 output_len=16 rounds=3"
         assert list(row.rounds) == ab["rounds"][row.profile]  # every round, as the report's A/B lists them
+
+
+def test_an_empty_history_option_is_a_usage_error(project: pytest.Pytester) -> None:
+    result = run(project, "--sglang-history=", "--sglang-log-dir=logs")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["ERROR: --sglang-history was given but names no file (an unset CI variable*"])
+    assert not (project.path / "logs").exists()
