@@ -209,15 +209,17 @@ class HistoryStore:
         rows = self._read("SELECT id, time, created, commit_sha, exit_status, gate FROM runs ORDER BY id")
         return [StoredRun(*row) for row in rows]
 
-    def rows(self, metrics: Sequence[str] | None = None) -> list[Row]:
-        """Every stored metric (or those of ``metrics``) of every benchmark, in run order."""
+    def rows(self, metrics: Sequence[str] | None = None, *, rounds: bool = True) -> list[Row]:
+        """Every stored metric (or those of ``metrics``) of every benchmark, in run order. ``rounds=False``: the
+        medians alone (``Row.rounds`` empty), several times faster on a long history: no JSON to parse."""
         where = f"WHERE m.metric IN ({', '.join('?' * len(metrics))}) " if metrics is not None else ""
-        rows = self._read(
+        found = self._read(
             "SELECT r.id, r.time, r.commit_sha, b.profile, b.test, b.machine, b.workload, b.server_version, "
-            "m.metric, m.median, m.rounds FROM runs r JOIN benchmarks b ON b.run_id = r.id "
+            f"m.metric, m.median, {'m.rounds' if rounds else 'NULL'} FROM runs r JOIN benchmarks b ON b.run_id = r.id "
             f"JOIN metrics m ON m.benchmark_id = b.id {where}ORDER BY r.id, b.id, m.metric", tuple(metrics or ()))
         return [Row(run_id=r[0], time=r[1], commit=r[2], profile=r[3], test=r[4], machine=r[5], workload=r[6],
-                    server_version=r[7], metric=r[8], median=r[9], rounds=tuple(_rounds(r[10]))) for r in rows]
+                    server_version=r[7], metric=r[8], median=r[9], rounds=tuple(_rounds(r[10])) if rounds else ())
+                for r in found]
 
     def _read(self, sql: str, params: tuple[Any, ...] = ()) -> list[Any]:
         try:

@@ -65,7 +65,7 @@ class SessionHistory:
         if self.path is None or not self.path.exists():
             return {}
         with HistoryStore.open(self.path, write=False, timeout=self._timeout()) as store:
-            rows = store.rows()
+            rows = store.rows(rounds=False)
         return {s.key: [PastRun(p.value, p.commit, p.time) for p in s.points] for s in series_of(rows, None)}
 
     def append(self, report: dict[str, Any], *, commit: str | None, time: float, exit_status: int,
@@ -83,7 +83,7 @@ class SessionHistory:
         try:
             with HistoryStore.open(self.path, timeout=self._timeout()) as store:
                 run_id = store.append(run)
-                rows = store.rows(DEFAULT_METRICS)
+                rows = store.rows(DEFAULT_METRICS, rounds=False)
         except HistoryError as exc:
             self.error = str(exc)
             return None
