@@ -343,7 +343,7 @@ class SGLangPlugin:
             distributed.send_to_controller(self.config, self.ledger, self.report())
         for line in self.run.stop_servers():
             self.status(f"[sglang] stopped the shared server of {line}")
-        if self.history.appends:
+        if self.history.appends and not self.config.option.collectonly:  # a run that ran nothing is no run
             self._append_history(session)
         path = self.settings.report_path
         if self.shared is not None or not (path or (self._has_benches() and os.environ.get("GITHUB_STEP_SUMMARY"))):
