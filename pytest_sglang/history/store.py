@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import sqlite3
 import stat
 import statistics
@@ -34,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_sglang.errors import HistoryError
+from pytest_sglang.writable import existing_parent, may_write
 
 FORMAT = "pytest-sglang-history"
 VERSION = 1
@@ -70,9 +70,6 @@ class BenchRecord:
     server_version: str | None = None
     outcome: str | None = None  # the test's outcome: passed, failed, ...
     gate: str | None = None  # its gate: passed, regressed, not-judged, recorded, or None
-
-    def medians(self) -> dict[str, float]:
-        return {m: statistics.median(v) for m, v in _finite(self.rounds).items()}
 
 
 @dataclass(frozen=True)
@@ -146,7 +143,7 @@ class HistoryStore:
         conn = _connect(path, write=write, timeout=timeout)
         store = cls(path, conn, writable=write, timeout=timeout)
         try:
-            store._inspect()
+            store._inspect(thorough=True)
             if write:
                 store._write_check()
         except BaseException:
@@ -186,7 +183,11 @@ class HistoryStore:
             raise HistoryError(f"history store {self.path} was opened read-only; open it with write=True to append")
         created = datetime.fromtimestamp(run.time, timezone.utc).isoformat(timespec="seconds")
         with self._transaction() as tx:
-            _migrate(tx, self._inspect(tx) or VERSION, self.path)
+            version = self._inspect(tx)
+            if version is None:  # emptied since it was opened: begin it anew rather than fail the run
+                _create(tx)
+            else:
+                _migrate(tx, version, self.path)
             cur = tx.execute("INSERT INTO runs (time, created, commit_sha, exit_status, gate) VALUES (?, ?, ?, ?, ?)",
                              (run.time, created, run.commit, run.exit_status, run.gate))
             run_id = int(cur.lastrowid or 0)
@@ -208,15 +209,17 @@ class HistoryStore:
         rows = self._read("SELECT id, time, created, commit_sha, exit_status, gate FROM runs ORDER BY id")
         return [StoredRun(*row) for row in rows]
 
-    def rows(self, metrics: Sequence[str] | None = None) -> list[Row]:
-        """Every stored metric (or those of ``metrics``) of every benchmark, in run order."""
+    def rows(self, metrics: Sequence[str] | None = None, *, rounds: bool = True) -> list[Row]:
+        """Every stored metric (or those of ``metrics``) of every benchmark, in run order. ``rounds=False``: the
+        medians alone (``Row.rounds`` empty), several times faster on a long history: no JSON to parse."""
         where = f"WHERE m.metric IN ({', '.join('?' * len(metrics))}) " if metrics is not None else ""
-        rows = self._read(
+        found = self._read(
             "SELECT r.id, r.time, r.commit_sha, b.profile, b.test, b.machine, b.workload, b.server_version, "
-            "m.metric, m.median, m.rounds FROM runs r JOIN benchmarks b ON b.run_id = r.id "
+            f"m.metric, m.median, {'m.rounds' if rounds else 'NULL'} FROM runs r JOIN benchmarks b ON b.run_id = r.id "
             f"JOIN metrics m ON m.benchmark_id = b.id {where}ORDER BY r.id, b.id, m.metric", tuple(metrics or ()))
         return [Row(run_id=r[0], time=r[1], commit=r[2], profile=r[3], test=r[4], machine=r[5], workload=r[6],
-                    server_version=r[7], metric=r[8], median=r[9], rounds=tuple(_rounds(r[10]))) for r in rows]
+                    server_version=r[7], metric=r[8], median=r[9], rounds=tuple(_rounds(r[10])) if rounds else ())
+                for r in found]
 
     def _read(self, sql: str, params: tuple[Any, ...] = ()) -> list[Any]:
         try:
@@ -226,9 +229,10 @@ class HistoryStore:
 
     # The checks.
 
-    def _inspect(self, conn: sqlite3.Connection | None = None) -> int | None:
+    def _inspect(self, conn: sqlite3.Connection | None = None, *, thorough: bool = False) -> int | None:
         """The store's format version, None for an empty database (a new store); HistoryError for anything that
-        is not a history store this version can use."""
+        is not a history store this version can use. ``thorough``: SQLite's quick_check of every page too (once,
+        when the store is opened: a damaged file is refused before the run, not found at its end)."""
         conn = conn or self._conn
         path = self.path
         try:
@@ -243,7 +247,7 @@ class HistoryStore:
                     f"{path} is an SQLite database but not a pytest-sglang history store (its tables: {names}). It "
                     "was left as it is. Point --sglang-history (ini sglang_history) at a new file, e.g. "
                     ".sglang-history.sqlite; a history store is created there on the first run.")
-            problem = conn.execute("PRAGMA quick_check").fetchone()[0]
+            problem = conn.execute("PRAGMA quick_check").fetchone()[0] if thorough else "ok"
         except sqlite3.Error as exc:
             raise HistoryError(_unusable(path, exc, self.timeout)) from None
         if problem != "ok":
@@ -274,6 +278,9 @@ class HistoryStore:
             raise HistoryError(_not_writable(self.path, exc, self.timeout)) from None
         try:
             yield conn
+        except sqlite3.Error as exc:  # a full disk, an I/O error: said as the store's problem, nothing half-written
+            _rollback(conn)
+            raise HistoryError(_not_writable(self.path, exc, self.timeout)) from None
         except BaseException:
             _rollback(conn)
             raise
@@ -285,8 +292,12 @@ class HistoryStore:
 
 
 def _rollback(conn: sqlite3.Connection) -> None:
-    if conn.in_transaction:
-        conn.execute("ROLLBACK")
+    """Undo the open transaction; where even that fails, SQLite rolls the journal back on the next open."""
+    try:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+    except sqlite3.Error:
+        pass
 
 
 class _Rollback(Exception):
@@ -310,38 +321,21 @@ def _check_path(path: Path, *, write: bool) -> None:
         if not write:
             raise HistoryError(f"no history store at {path}: no such file. Pass the file that pytest "
                                "--sglang-history=PATH wrote.")
-        folder = _existing_parent(path)
-        if not _may_write(folder):
+        folder = existing_parent(path)
+        if not may_write(folder):
             raise HistoryError(f"history store {path} cannot be created: its folder {folder} is read-only. Make "
                                "it writable, or point --sglang-history at a writable place.")
         return
     if not write:
         return
-    if not _may_write(path):
+    if not may_write(path):
         raise HistoryError(f"history store {path} is read-only (mode {stat.filemode(path.stat().st_mode)}): this "
                            "run could not append to it. Make it writable (chmod u+w), or point --sglang-history at "
                            "a copy. It was left as it is.")
-    if not _may_write(path.parent):
+    if not may_write(path.parent):
         raise HistoryError(f"history store {path} sits in a read-only folder ({path.parent}): SQLite writes a "
                            "journal file beside it while it appends. Make the folder writable, or move the store. "
                            "It was left as it is.")
-
-
-def _existing_parent(path: Path) -> Path:
-    folder = path.parent
-    while not folder.exists() and folder != folder.parent:
-        folder = folder.parent
-    return folder
-
-
-def _may_write(path: Path) -> bool:
-    """``os.access`` says whether this user may write; the mode bits say whether anyone is meant to (a store made
-    read-only with chmod a-w stays unwritten even by root, who os.access lets through)."""
-    try:
-        mode = path.stat().st_mode
-    except OSError:
-        return False
-    return os.access(path, os.W_OK) and bool(mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH))
 
 
 def _connect(path: Path, *, write: bool, timeout: float) -> sqlite3.Connection:
@@ -408,4 +402,7 @@ def _not_writable(path: Path, exc: sqlite3.Error, timeout: float) -> str:
     if "readonly" in text or "read-only" in text or "unable to open" in text:
         return (f"history store {path} cannot be written ({text}): the file, its folder or its file system is "
                 "read-only. Make it writable, or point --sglang-history at a writable place. It was left as it is.")
-    return _unusable(path, exc, timeout)
+    if "not a database" in text or "malformed" in text:
+        return _corrupt(path, text)
+    return (f"history store {path} cannot be written ({text}): is its disk full? Nothing of this run was written; "
+            "the store was left as it was. Free space, or point --sglang-history at another place.")

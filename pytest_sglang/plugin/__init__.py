@@ -360,7 +360,7 @@ class SGLangPlugin:
             distributed.send_to_controller(self.config, self.ledger, self.report())
         for line in self.run.stop_servers():
             self.status(f"[sglang] stopped the shared server of {line}")
-        if self.history.appends:
+        if self.history.appends and not self.config.option.collectonly:  # a run that ran nothing is no run
             self._append_history(session)
         path = self.settings.report_path
         if self.shared is not None or not (path or (self._has_benches() and os.environ.get("GITHUB_STEP_SUMMARY"))):
@@ -378,7 +378,8 @@ class SGLangPlugin:
         """This run into the history (once, by the process that holds every worker's results)."""
         checker = self.measure.checker
         self.history.append(self.report(), commit=checker.commit, time=self.started,
-                            exit_status=int(session.exitstatus), machine_of=lambda v: checker.machine(v).key)
+                            exit_status=int(session.exitstatus), machine_of=lambda v: checker.machine(v).key,
+                            ab=self.ledger.ab, versions=self.ledger.server_versions)
         if self.history.error is not None:
             self.status(f"[sglang] ERROR: --sglang-history: this run was not appended: {self.history.error}")
             if session.exitstatus == pytest.ExitCode.OK:

@@ -46,8 +46,11 @@ def test_each_run_appends_one_run_with_its_commit_rounds_and_keys(project: pytes
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     run(project).assert_outcomes(passed=1)
     assert not [p for p in project.path.rglob("*") if p.suffix in (".sqlite", ".db")]  # nothing without the option
-
     history, report_path = project.path / "h.sqlite", project.path / "report.json"
+    assert run(project, "--collect-only", f"--sglang-history={history}").ret == pytest.ExitCode.OK
+    with HistoryStore.open(history, write=False) as store:
+        assert store.runs() == []  # checked (and created) at the start; a run that ran nothing appends nothing
+
     monkeypatch.setenv("GITHUB_SHA", "0123456789abcdef0123456789abcdef01234567")
     run(project, f"--sglang-history={history}").assert_outcomes(passed=1)
     monkeypatch.setenv("PYTEST_SGLANG_COMMIT", "v1.2-rc")  # overrides GITHUB_SHA
@@ -113,17 +116,24 @@ def test_under_xdist_the_controller_appends_the_run_once_with_every_worker_s_ben
 
 def test_two_pytest_runs_at_once_both_append(project: pytest.Pytester) -> None:
     """Two CI jobs sharing one store, each a whole pytest run with its own server: both runs land, whole."""
+    project.makepyfile(test_bench=BENCH.replace("output_len=8", "output_len=24"))
     history = project.path / "h.sqlite"
     args = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--sglang-profile=p", "--sglang-sim",
             f"--sglang-history={history}"]
-    procs = [project.popen([*args, f"--sglang-log-dir=logs{n}"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                           stdin=subprocess.DEVNULL) for n in range(2)]
+    procs = [project.popen([*args, f"--sglang-log-dir=logs{n}", f"--sglang-report=report{n}.json"],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+             for n in range(2)]
     outs = [p.communicate(timeout=120)[0].decode() for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outs
+    sections = [json.loads((project.path / f"report{n}.json").read_text())["history"] for n in range(2)]
+    assert sorted(s["run_id"] for s in sections) == [1, 2]
     with HistoryStore.open(history, write=False) as store:
-        runs, rows = store.runs(), store.rows(["output_throughput"])
-    assert [r.id for r in runs] == [1, 2]
-    assert [(r.run_id, len(r.rounds)) for r in rows] == [(1, 2), (2, 2)]
+        assert [r.id for r in store.runs()] == [1, 2]
+        rows = store.rows(["output_throughput"])
+    for section in sections:  # each run's benchmark is there with both rounds, unless its figures were unusable
+        mine = [len(r.rounds) for r in rows if r.run_id == section["run_id"]]
+        assert mine == ([] if section["skipped"] else [2]), section["skipped"]
+    assert len(rows) + sum(len(s["skipped"]) for s in sections) == 2
 
 
 HOLDER = '''
@@ -216,16 +226,19 @@ def test_a_run_that_cannot_be_appended_at_the_end_fails_and_says_why(project: py
 def test_a_slower_server_from_some_run_on_is_a_step_in_the_report(project: pytest.Pytester,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     """Six sessions of the simulator, then six of one four times slower at decoding (far beyond what a loaded
-    2-core runner's noise does to it): the twelfth run's report names the step at run 7, in the bad direction,
-    with that run's commit."""
+    2-core runner's noise does to it): the twelfth run's report names the step at the first slow run, in the bad
+    direction, with that run's commit."""
     project.makepyfile(test_bench=BENCH.replace("output_len=8", "output_len=32"))
     history, report_path = project.path / "h.sqlite", project.path / "report.json"
     toml = (project.path / "pyproject.toml").read_text()
+    kept = []  # the runs whose benchmark was appended (a client-bound one on a loaded host is not)
     for i in range(12):
         if i == 6:
             (project.path / "pyproject.toml").write_text(toml.replace("decode_tok_s = 400", "decode_tok_s = 100"))
         monkeypatch.setenv("PYTEST_SGLANG_COMMIT", f"c{i + 1}")
         run(project, f"--sglang-history={history}", f"--sglang-report={report_path}").assert_outcomes(passed=1)
+        if not json.loads(report_path.read_text())["history"]["skipped"]:
+            kept.append(i + 1)
     section = json.loads(report_path.read_text())["history"]
     assert section["run_id"] == 12
     shown = subprocess.run([sys.executable, "-m", "pytest_sglang.history", str(history)], capture_output=True,
@@ -233,6 +246,48 @@ def test_a_slower_server_from_some_run_on_is_a_step_in_the_report(project: pytes
     steps = {s["metric"]: s for s in section["steps"]}
     assert "output_throughput" in steps, shown
     tok = steps["output_throughput"]
-    assert (tok["index"], tok["run_id"], tok["commit"], tok["status"]) == (7, 7, "c7", "regressed"), shown
+    first_slow = next(n for n in kept if n >= 7)
+    assert (tok["index"], tok["run_id"], tok["commit"], tok["status"]) == (
+        kept.index(first_slow) + 1, first_slow, f"c{first_slow}", "regressed"), shown
     assert tok["change_pct"] < -50 and tok["p_value"] <= 0.01
-    assert f"output_throughput stepped down {abs(tok['change_pct']):.1f} % at run 7 (commit c7, p=" in shown
+    assert f"output_throughput stepped down {abs(tok['change_pct']):.1f} % at run {tok['index']} " in shown
+
+
+AB_TEST = '''
+import pytest
+
+@pytest.mark.sglang_ab("main", "cand")
+def test_cand(sglang_ab):
+    sglang_ab(num_requests=4, concurrency=4, input_len=8, output_len=16, rounds=3, warmup=0)
+'''
+
+
+def test_each_side_of_an_ab_run_is_its_own_series_keyed_by_the_ab_workload(pytester: pytest.Pytester, mark: str,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PYTEST_SGLANG_MACHINE", "hist-machine")
+    monkeypatch.setenv("PYTEST_SGLANG_COMMIT", "abc")
+    sim = "startup_seconds = 0.2, decode_tok_s = {}, ttft_ms = 5"
+    pytester.makefile(".toml", pyproject="[tool.pytest.ini_options]\n" + profile_toml("main", mark, sim=sim.format(400))
+                      + profile_toml("cand", mark, sim=sim.format(200)))
+    pytester.makepyfile(test_ab=AB_TEST)
+    history, report_path = pytester.path / "h.sqlite", pytester.path / "report.json"
+    pytester.runpytest_subprocess("-p", "no:cacheprovider", "--sglang-sim", "--sglang-profile=main,cand",
+                                  f"--sglang-history={history}", f"--sglang-report={report_path}",
+                                  timeout=120).assert_outcomes(passed=1)
+    with HistoryStore.open(history, write=False) as store:
+        rows = store.rows(["output_throughput"])
+    report = json.loads(report_path.read_text())
+    (ab,) = report["ab"]
+    skipped = {s["profile"] for s in report["history"]["skipped"]}  # client-bound on a loaded host: left out
+    assert {r.profile for r in rows} == {"main", "cand"} - skipped
+    for row in rows:
+        assert row.test == "test_ab.py::test_cand" and row.machine.startswith("hist-machine | sglang ")
+        assert row.workload == "concurrency=4 input_len=8 num_requests=4 output_len=16 rounds=3"
+        assert list(row.rounds) == ab["rounds"][row.profile]  # every round, as the report's A/B lists them
+
+
+def test_an_empty_history_option_is_a_usage_error(project: pytest.Pytester) -> None:
+    result = run(project, "--sglang-history=", "--sglang-log-dir=logs")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["ERROR: --sglang-history was given but names no file (an unset CI variable*"])
+    assert not (project.path / "logs").exists()

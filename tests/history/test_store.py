@@ -253,3 +253,28 @@ def test_an_older_format_without_a_migration_is_refused_and_left_as_it_is(tmp_pa
     with pytest.raises(HistoryError, match=r"cannot upgrade \(no migration from version 2\)"):
         HistoryStore.open(path)
     assert path.read_bytes() == before
+
+
+def test_a_write_that_fails_midway_is_a_history_error_and_leaves_nothing_half_written(tmp_path: Path) -> None:
+    path = stored(tmp_path / "h.sqlite", run("a", 100.0))
+    before = path.read_bytes()
+    big = BenchRecord(profile="p", test="t.py::test_big", machine="m", workload="w",
+                      rounds={f"m{i}_ms": [float(v) for v in range(200)] for i in range(50)})
+    with HistoryStore.open(path) as store:
+        pages = store._conn.execute("PRAGMA page_count").fetchone()[0]
+        store._conn.execute(f"PRAGMA max_page_count = {pages + 1}")  # the disk is full after one more page
+        with pytest.raises(HistoryError, match=r"cannot be written \(database or disk is full\): is its disk full\? "
+                                               r"Nothing of this run was written"):
+            store.append(RunRecord(commit="b", time=2.0, benchmarks=(big,)))
+        assert [r.commit for r in store.runs()] == ["a"]
+    assert path.read_bytes() == before
+
+
+def test_rows_can_be_read_without_their_rounds_and_for_some_metrics(tmp_path: Path) -> None:
+    path = stored(tmp_path / "h.sqlite", run("a", 100.0), run("b", 90.0))
+    with HistoryStore.open(path, write=False) as store:
+        full = store.rows()
+        lean = store.rows(["output_throughput"], rounds=False)
+    assert [(r.run_id, r.metric, r.median, r.rounds) for r in lean] == [
+        (r.run_id, r.metric, r.median, ()) for r in full if r.metric == "output_throughput"]
+    assert all(r.rounds for r in full)
