@@ -102,8 +102,9 @@ def test_corrupt_baseline_fails_the_check_clearly(pytester: pytest.Pytester) -> 
     setup(pytester)
     (pytester.path / ".sglang-baselines.json").write_text('{"format": "pytest-sglang-baselines", ')
     result = run(pytester, "-k", "startup", "--sglang-update-baseline")
-    result.assert_outcomes(failed=2)
-    result.stdout.fnmatch_lines(["*baseline file * is broken: invalid JSON at line 1*left as it is*"])
+    assert result.ret == pytest.ExitCode.USAGE_ERROR  # told at session start, before a startup is spent on it
+    result.stderr.fnmatch_lines(["*baseline file * is broken: invalid JSON at line 1*left as it is*"])
+    assert "launching" not in result.stdout.str()
     assert (pytester.path / ".sglang-baselines.json").read_text() == '{"format": "pytest-sglang-baselines", '
 
 
