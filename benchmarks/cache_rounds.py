@@ -3,9 +3,10 @@
     python benchmarks/cache_rounds.py [--repeats 3] [--sglang-python PY] [--out results.json]
 
 Run by hand (a few minutes on a 2-core CPU). One real SGLang server (CPU, the tests' tiny random-weight model,
-the flags of tests/integration/realservers.py plus --enable-metrics) is launched with the plugin's own
-``launch_server``; on it, ``run_bench(rounds=3, input_len=960, ...)`` runs ``--repeats`` times in each of the modes
-fresh, flush and warm (in turn: fresh, flush, warm, fresh, flush, warm, ...). Then a second server with
+the flags of tests/integration/realservers.py plus --enable-metrics, a KV pool of 16384 tokens) is launched with
+the plugin's own ``launch_server``; on it, ``run_bench(rounds=3, input_len=960, ...)`` runs ``--repeats`` times in
+each of the modes fresh, flush and warm (in turn: fresh, flush, warm, fresh, flush, warm, ...), each run on an
+emptied cache (flushed before it: "flush" and "warm" send the same seeded prompts). Then a second server with
 ``--disable-radix-cache`` runs the same workload in "warm" mode (the same prompts every round, no cache to
 serve them from): the uncached reference. For every run it prints and records each round's median TTFT (the
 client's) and the server's own prefix-cache hit rate for the round (``server_cache_hit_rate``, from
@@ -29,7 +30,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from pytest_sglang.bench import run_bench  # noqa: E402
+from pytest_sglang.bench import Client, run_bench  # noqa: E402
+from pytest_sglang.bench.cache import flush_prefix_cache  # noqa: E402
 from pytest_sglang.config.profiles import Profile  # noqa: E402
 from pytest_sglang.launch.plan import plan_launch  # noqa: E402
 from pytest_sglang.server import launch_server  # noqa: E402
@@ -37,11 +39,13 @@ from pytest_sglang.server import launch_server  # noqa: E402
 SGLANG_PYTHON = Path(os.environ.get("PYTEST_SGLANG_SGLANG_PYTHON", "/work/servers/sglang/bin/python"))
 TINY_MODEL = REPO / "tests/integration/tiny_model.py"
 STUB_DIR = REPO / "tests/integration/sgl_kernel_stub"
-# tests/integration/realservers.py SERVER_ARGS["sglang"], and the metrics the witness reads
+# tests/integration/realservers.py SERVER_ARGS["sglang"], and the metrics the witness reads; a KV pool of 16384
+# tokens (8 MiB for this model) holds a run's 9 prompts of 976 tokens: with the tests' 4096, "warm" rounds find
+# their prompts evicted (LRU) before they come again, and its rounds are not cached either (seen: 0 % hits)
 SERVER_ARGS = ("--device", "cpu", "--attention-backend", "torch_native", "--disable-cuda-graph",
-               "--max-total-tokens", "4096", "--dtype", "bfloat16", "--enable-metrics")
-# 960 prompt tokens (the tiny model's context is 1024), few outputs: TTFT is mostly the prefill
-WORKLOAD = {"num_requests": 8, "concurrency": 2, "input_len": 960, "output_len": 16, "warmup": 1, "rounds": 3}
+               "--max-total-tokens", "16384", "--dtype", "bfloat16", "--enable-metrics")
+# 960 prompt tokens (the tiny model's context is 1024), few outputs, one request at a time: TTFT is the prefill
+WORKLOAD = {"num_requests": 8, "concurrency": 1, "input_len": 960, "output_len": 16, "warmup": 1, "rounds": 3}
 MODES = ("fresh", "flush", "warm")
 
 
@@ -62,6 +66,8 @@ def launch(python: Path, model: Path, work: Path, name: str, extra: tuple[str, .
 
 
 def one_run(handle, mode: str) -> dict:  # noqa: ANN001
+    with Client(handle.base_url) as client:
+        flush_prefix_cache(client, "sglang")  # every run starts from an empty cache: "warm" repeats the prompts
     load = os.getloadavg()[0]
     r = run_bench(handle, cache=mode, **WORKLOAD)
     per = r.rounds

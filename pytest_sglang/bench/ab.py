@@ -139,6 +139,8 @@ class ABResult:
                 "ci": {m: list(c) if c else None for m, c in self.ci.items()}, "p_value": dict(self.p_value),
                 "confidence": self.confidence, "drift_pct": self.drift_pct, "same_server": self.same_server,
                 "rounds": {p: [r.output_throughput for r in rs] for p, rs in self.rounds.items()},
+                "server_cache_hit_rate": {p: [getattr(r, "server_cache_hit_rate", None) for r in rs]
+                                          for p, rs in self.rounds.items()},
                 "checks": [c.to_dict() for c in self.comparisons],
                 "gate": gate, "gate_reason": reason}
 

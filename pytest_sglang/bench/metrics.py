@@ -298,6 +298,8 @@ class BenchResult:
             lines.append(row("Accept length:", self.accept_length))
         if self.goodput is not None:
             lines.append(row("Request goodput (req/s):", self.goodput))
+        if self.server_cache_hit_rate is not None:
+            lines.append(row(f"Prefix cache hits ({self.cache}):", f"{self.server_cache_hit_rate:.1%}"))
         if self.num_rounds > 1:
             sp = self.spread.get("output_throughput")
             cv = f", CV {sp.cv_pct:.1f}%" if sp and sp.cv_pct is not None else ""

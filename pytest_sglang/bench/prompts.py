@@ -13,6 +13,7 @@ is drawn from :func:`set_seed` of the run's seed and ``n``, so it is the same in
 
 from __future__ import annotations
 
+import os
 import random
 from collections.abc import Sequence
 from typing import Any
@@ -43,8 +44,10 @@ def load_tokenizer(name_or_path: str | None) -> Any | None:
 
 def set_seed(seed: int, index: int) -> str:
     """The seed of prompt set ``index`` of a run seeded ``seed`` (a string: random.Random hashes it the same in
-    every process, and no two pairs give the same one)."""
-    return f"pytest-sglang/{seed}/{index}"
+    every process, and no two pairs give the same one). A pytest-xdist worker draws its own sets (its name in
+    the seed): workers that share a server would otherwise send it the same prompts."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    return f"pytest-sglang/{seed}/{index}" + (f"/{worker}" if worker else "")
 
 
 def make_prompts(count: int, input_len: int, *, seed: int | str, want_ids: bool, tokenizer: Any | None = None,
