@@ -157,10 +157,16 @@ class Measurements:
                     handle.check_alive(wait=5.0)  # requests that failed as a server died: report the death
                 fail_with(exc)
 
+        def pair_started() -> None:
+            from pytest_sglang.bench.cache import PROMPT_SETS
+
+            PROMPT_SETS.align(handle.base_url for handle in live.values())  # cache="fresh": one prompt set a pair
+
         try:
             if together:
                 live.update(zip(pair, pool.acquire(pair), strict=True))
-                result = run_interleaved(first, second, run_round, rounds=rounds, warmup=warmup, **gate)
+                result = run_interleaved(first, second, run_round, rounds=rounds, warmup=warmup,
+                                         pair_started=pair_started, **gate)
             else:
                 result = run_bracketed(first, second, run_round, rounds=rounds, warmup=warmup, switch=switch,
                                        **gate)

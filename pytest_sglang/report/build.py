@@ -119,7 +119,8 @@ def build_report(ledger: SessionLedger, *, machine: Machine | None = None, commi
                 "result": b.result.to_dict(),
                 "telemetry": b.result.telemetry,
                 "baseline": _baseline_view(b.comparisons),
-                "notes": [n for c in b.comparisons for n in c.notes],
+                "notes": ([b.result.cache_note] if b.result.cache_note else []) + [n for c in b.comparisons
+                                                                                   for n in c.notes],
                 "warnings": [w for c in b.comparisons for w in c.warnings],
             })
         server_gate, server_reason = _profile_gate(record, server_checks)
