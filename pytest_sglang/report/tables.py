@@ -66,13 +66,18 @@ def _rows(report: dict[str, Any]) -> list[list[str]]:
             if bench is None:
                 rows.append([name, startup, "", "-", "-", "-", "-", "", _GATE_WORD.get(prof.get("gate") or "", "-")])
                 continue
-            r = bench["result"]
-            rows.append([
-                name, startup, _test_label(bench), _throughput(r), _fmt(r["median_ttft_ms"]),
-                _fmt(r["median_itl_ms"], 2), _fmt(r["accept_length"], 2), _delta(bench),
-                _GATE_WORD.get(bench.get("gate") or "", "-"),
-            ])
+            rows.append([name, startup, *bench_cells(bench)])
     return rows
+
+
+def bench_cells(bench: dict[str, Any]) -> list[str]:
+    """A benchmark's cells from ``test`` on (HEADERS[2:]); a benchmark its server died in shows no figures."""
+    r = bench["result"]
+    if bench.get("server_died"):
+        failed = f" ({r['failed']} requests failed)" if r.get("failed") else ""
+        return [_test_label(bench), f"server died{failed}", "-", "-", "-", "-", "server died"]
+    return [_test_label(bench), _throughput(r), _fmt(r["median_ttft_ms"]), _fmt(r["median_itl_ms"], 2),
+            _fmt(r["accept_length"], 2), _delta(bench), _GATE_WORD.get(bench.get("gate") or "", "-")]
 
 
 HEADERS = ["profile", "startup s", "test", "out tok/s", "TTFT ms (p50)", "ITL ms (p50)", "accept len",
