@@ -27,6 +27,7 @@ class BenchEntry:
     result: BenchResult
     comparisons: list[Comparison] = field(default_factory=list)
     outcome: str | None = None  # "passed", "failed", ... once the test has finished
+    machine_key: str | None = None  # where it ran, as the baseline check keys it (the history's machine)
 
 
 @dataclass
@@ -54,8 +55,9 @@ class SessionLedger:
     def add_startup(self, record: StartupRecord) -> None:
         self.startups[record.profile] = record
 
-    def add_bench(self, profile: str, test_id: str, nodeid: str, result: BenchResult) -> BenchEntry:
-        entry = BenchEntry(profile, test_id, nodeid, result)
+    def add_bench(self, profile: str, test_id: str, nodeid: str, result: BenchResult,
+                  machine_key: str | None = None) -> BenchEntry:
+        entry = BenchEntry(profile, test_id, nodeid, result, machine_key=machine_key)
         self.benches.append(entry)
         return entry
 

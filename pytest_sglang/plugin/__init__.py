@@ -16,14 +16,16 @@ from __future__ import annotations
 import functools
 import os
 import sys
+import time
 from collections.abc import Generator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_sglang.errors import PluginError, ServerDiedError
+from pytest_sglang.errors import HistoryError, PluginError, ServerDiedError
 from pytest_sglang.plugin import distributed
+from pytest_sglang.plugin.history import SessionHistory
 from pytest_sglang.plugin.measure import Measurements
 from pytest_sglang.plugin.nodes import fail_with
 from pytest_sglang.plugin.settings import Settings, add_options, sim_without_profile
@@ -87,6 +89,8 @@ class SGLangPlugin:
 
         self.pool = ServerPool(self.open_server)  # the servers A/B tests need alive at once
         self.written: list[str] = []  # where the reports went ("JSON report: PATH"), for the summary's end
+        self.history = SessionHistory(self.settings.history_path if not hasattr(config, "workerinput") else None)
+        self.started = time.time()
 
     @functools.cached_property
     def sim_run(self) -> str:
@@ -121,6 +125,10 @@ class SGLangPlugin:
                 raise pytest.UsageError(sim_without_profile(sorted(self.profiles().profiles)))
         except PluginError as exc:
             raise pytest.UsageError(str(exc)) from None
+        try:
+            self.history.check()  # before any server launches: a store this run could not append to stops it
+        except HistoryError as exc:
+            raise pytest.UsageError(f"--sglang-history: {exc}") from None
 
     def pytest_generate_tests(self, metafunc: pytest.Metafunc) -> None:
         params = self.params()
@@ -294,7 +302,11 @@ class SGLangPlugin:
         checker = self.measure.checker  # the report names the machine it ran on, checked or not
         report = build_report(self.ledger, machine=checker.machine(None), commit=checker.commit,
                               baseline_path=str(checker.store.path) if self.measure.checked else None)
-        return summarize(self.run.merged(report))  # sweeps and gates over every worker's benchmarks
+        report = summarize(self.run.merged(report))  # sweeps and gates over every worker's benchmarks
+        if self.history.path is not None:
+            report["history"] = self.history.section or {"path": str(self.history.path),
+                                                         "error": self.history.error}
+        return report
 
     # pytest-xdist: the controller hands out the run folder, gathers the workers' ledgers, stops the servers.
 
@@ -313,6 +325,8 @@ class SGLangPlugin:
             distributed.send_to_controller(self.config, self.ledger, self.report())
         for line in self.run.stop_servers():
             self.status(f"[sglang] stopped the shared server of {line}")
+        if self.history.path is not None:
+            self._append_history(session)
         path = self.settings.report_path
         if self.shared is not None or not (path or (self._has_benches() and os.environ.get("GITHUB_STEP_SUMMARY"))):
             return  # an xdist worker's figures are written by the controller, with every other worker's
@@ -325,6 +339,16 @@ class SGLangPlugin:
                              f"sglang HTML report: {write_html(json_path.with_suffix('.html'), report).resolve()}"]
         if self._has_benches() and (summary := append_step_summary(report)) is not None:
             self.written.append(f"sglang step summary appended to {summary}")
+
+    def _append_history(self, session: pytest.Session) -> None:
+        """This run into the history (once, by the process that holds every worker's results)."""
+        checker = self.measure.checker
+        self.history.append(self.report(), commit=checker.commit, time=self.started,
+                            exit_status=int(session.exitstatus), machine_of=lambda v: checker.machine(v).key)
+        if self.history.error is not None:
+            self.status(f"[sglang] ERROR: --sglang-history: this run was not appended: {self.history.error}")
+            if session.exitstatus == pytest.ExitCode.OK:
+                session.exitstatus = pytest.ExitCode.TESTS_FAILED  # a CI job must not pass having lost its figures
 
     def _has_benches(self) -> bool:
         return bool(self.ledger.benches or self.ledger.ab or self.run.bench_count)

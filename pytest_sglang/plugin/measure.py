@@ -36,12 +36,13 @@ class Measurements:
     @property
     def checker(self) -> BaselineChecker:
         if self._checker is None:
-            from pytest_sglang.baseline import DEFAULT_FILENAME, BaselineChecker, BaselineStore, git_commit
+            from pytest_sglang.baseline import DEFAULT_FILENAME, BaselineChecker, BaselineStore
+            from pytest_sglang.baseline.machine import run_commit
 
             s = self.settings
             self._checker = BaselineChecker(
                 BaselineStore(s.baseline_path or s.rootdir / DEFAULT_FILENAME), update=s.update_baseline,
-                strict=s.baseline_strict, commit=git_commit(s.rootdir), gate_defaults=s.gate_defaults,
+                strict=s.baseline_strict, commit=run_commit(s.rootdir), gate_defaults=s.gate_defaults,
                 fail_not_judged=s.fail_not_judged)
         return self._checker
 
@@ -60,19 +61,20 @@ class Measurements:
         from pytest_sglang.errors import BenchmarkFailedError
         from pytest_sglang.report import junit_properties
 
-        self.server_label(server)
+        label = self.server_label(server)
+        machine_key = (server.machine(label) or self.checker.machine(label)).key
         test_id = strip_param(request.node.nodeid, server.profile)
         try:
             result = run_bench(server, **kwargs)
         except BenchmarkFailedError as exc:
             if exc.result is not None:
-                self.ledger.add_bench(server.profile, test_id, request.node.nodeid, exc.result)
+                self.ledger.add_bench(server.profile, test_id, request.node.nodeid, exc.result, machine_key)
                 request.node.user_properties.extend(junit_properties(exc.result))  # sglang_gate: not-judged
             server.check_alive(wait=5.0)  # requests that failed as the server died: report the death
             fail_with(exc)
         if result.connection_errors:
             server.check_alive(wait=5.0)
-        self.ledger.add_bench(server.profile, test_id, request.node.nodeid, result)
+        self.ledger.add_bench(server.profile, test_id, request.node.nodeid, result, machine_key)
         if self.shared is not None:
             from pytest_sglang.exchange import PublishedBench
 

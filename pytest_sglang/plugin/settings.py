@@ -12,9 +12,9 @@ import pytest
 # Options a project may also set in its ini file (e.g. [tool.pytest.ini_options] sglang_profile = "base"); each
 # ini name is the option's dest. Path values in the ini file are relative to that file.
 INI_OPTIONS = ("sglang_profile", "sglang_baseline", "sglang_report", "sglang_log_dir", "sglang_max_cv",
-               "sglang_confidence", "sglang_not_judged")
+               "sglang_confidence", "sglang_not_judged", "sglang_history")
 NOT_JUDGED_CHOICES = ("warn", "fail")
-INI_PATHS = ("sglang_baseline", "sglang_report", "sglang_log_dir")
+INI_PATHS = ("sglang_baseline", "sglang_report", "sglang_log_dir", "sglang_history")
 
 OPTIONS: tuple[tuple[str, dict[str, Any]], ...] = (
     ("--sglang-profile", dict(
@@ -87,6 +87,11 @@ OPTIONS: tuple[tuple[str, dict[str, Any]], ...] = (
         default=None, metavar="PATH",
         help="Write a JSON report of every profile's startup and benchmark figures to PATH (schema: "
              "docs/report-schema.md), and an HTML page with a tok/s chart next to it (PATH with .html).")),
+    ("--sglang-history", dict(
+        default=None, metavar="PATH",
+        help="Append this run's figures (per profile, test, machine and workload: every round, the commit, the "
+             "time, the outcome) to the SQLite run history at PATH, created if missing, and find the steps in "
+             "its series (`python -m pytest_sglang.history PATH` prints them). Nothing is written without it.")),
 )
 
 
@@ -143,6 +148,7 @@ class Settings:
     fail_not_judged: bool = False  # --sglang-not-judged=fail
     not_judged_option: str | None = None  # as given (the command line's, else the ini file's)
     empty_profile_option: bool = False  # --sglang-profile was given but names nothing (e.g. an unset CI variable)
+    history_path: Path | None = None  # --sglang-history: the run history store
 
     @classmethod
     def from_config(cls, config: pytest.Config) -> Settings:
@@ -165,6 +171,7 @@ class Settings:
             update_baseline=opt("sglang_update_baseline"),
             baseline_strict=opt("sglang_baseline_strict"),
             report_path=_option_or_ini(config, "sglang_report"),
+            history_path=Path(history).resolve() if (history := _option_or_ini(config, "sglang_history")) else None,
             gate_defaults={name: value for name, value in (("max_cv", _option_or_ini(config, "sglang_max_cv")),
                                                            ("confidence", _option_or_ini(config, "sglang_confidence")))
                            if value is not None},

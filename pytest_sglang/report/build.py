@@ -116,6 +116,7 @@ def build_report(ledger: SessionLedger, *, machine: Machine | None = None, commi
                 "test_id": b.test_id,
                 "nodeid": b.nodeid,
                 "outcome": b.outcome,
+                "machine_key": b.machine_key,
                 "gate": gate,
                 "gate_reason": reason,
                 "server_died": died,

@@ -1,0 +1,58 @@
+"""--sglang-history in pytest terms: the store checked at session start (before any server launches), the run
+appended once at session finish by the process that holds every result (the only process without xdist, the
+controller under it), and what that found for the JSON report's ``history`` section."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from pytest_sglang.errors import HistoryError
+
+
+class SessionHistory:
+    """The session's side of the run history: inert without --sglang-history."""
+
+    def __init__(self, path: Path | None) -> None:
+        self.path = path
+        self.section: dict[str, Any] | None = None  # the report's history section, once appended
+        self.error: str | None = None  # why this run could not be appended
+
+    def _timeout(self) -> float:
+        from pytest_sglang.envknobs import env_knobs
+        from pytest_sglang.history.store import DEFAULT_TIMEOUT
+
+        return env_knobs().history_timeout or DEFAULT_TIMEOUT
+
+    def check(self) -> None:
+        """Open the store as the append will (creating a new one): HistoryError for one this run cannot use."""
+        if self.path is None:
+            return
+        from pytest_sglang.history.store import HistoryStore
+
+        HistoryStore.open(self.path, timeout=self._timeout()).close()
+
+    def append(self, report: dict[str, Any], *, commit: str | None, time: float, exit_status: int,
+               machine_of: Callable[[str | None], str]) -> dict[str, Any] | None:
+        """Append this run; return the report's history section (or None, with ``error`` set)."""
+        if self.path is None:
+            return None
+        from pytest_sglang.history.collect import run_of
+        from pytest_sglang.history.steps import DEFAULT_METRICS, find_steps
+        from pytest_sglang.history.store import HistoryStore
+
+        run, skipped = run_of(report, commit=commit, time=time, exit_status=exit_status, machine_of=machine_of)
+        try:
+            with HistoryStore.open(self.path, timeout=self._timeout()) as store:
+                run_id = store.append(run)
+                rows = store.rows(DEFAULT_METRICS)
+        except HistoryError as exc:
+            self.error = str(exc)
+            return None
+        mine = {(b.profile, b.test, b.machine, b.workload) for b in run.benchmarks}
+        series, steps = find_steps(r for r in rows if (r.profile, r.test, r.machine, r.workload) in mine)
+        self.section = {"path": str(self.path), "run_id": run_id, "commit": commit,
+                        "series": [s.to_dict(points=True) for s in series], "steps": [s.to_dict() for s in steps],
+                        "skipped": skipped}
+        return self.section
