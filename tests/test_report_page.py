@@ -142,3 +142,61 @@ def test_aa(sglang_ab):
         result.stdout.fnmatch_lines([f"note: A/A run twin vs main stored: {count} A/A run{'s' if count > 1 else ''} "
                                      f"of this workload now stored for * in {pytester.path / '.sglang-baselines.json'}"
                                      f"; {5 - count} more before they judge A/B checks of this workload"])
+
+
+def test_history_steps_in_the_summary_step_summary_and_page(pytester: pytest.Pytester, mark: str,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """Four sessions of the simulator, then five of one four times slower at decoding (one spare: a loaded host can
+    make a run client-bound, which the history leaves out): the last run's summary, step summary and page show each
+    step found and each series."""
+    for name in ("PYTEST_SGLANG_COMMIT", "GITHUB_SHA"):
+        monkeypatch.delenv(name, raising=False)
+    summary = pytester.path / "step-summary.md"
+    pytester.makefile(".toml", pyproject=profile_toml("p", mark, sim=FAST))
+    pytester.makepyfile(test_hist=f'''
+def test_tok_s(sglang_bench):
+    sglang_bench({WORKLOAD}, rounds=2)
+''')
+    history, report = pytester.path / "h.sqlite", pytester.path / "report.json"
+    for i in range(9):
+        if i == 4:
+            toml = pytester.path / "pyproject.toml"
+            toml.write_text(toml.read_text().replace("decode_tok_s = 400", "decode_tok_s = 100"))
+        monkeypatch.setenv("PYTEST_SGLANG_COMMIT", f"c{i + 1}")
+        if i == 8:
+            monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+        result = _run(pytester, "--sglang-profile=p", f"--sglang-history={history}", f"--sglang-report={report}")
+        result.assert_outcomes(passed=1)
+    section = json.loads(report.read_text())["history"]
+    steps = section["steps"]
+    assert any(s["metric"] == "output_throughput" and s["status"] == "regressed" for s in steps), section
+    runs = max(s["runs"] for s in section["series"])
+
+    # The terminal summary: where the run went, the series' length, one line per step.
+    from pytest_sglang.report.tables import step_line
+
+    head = (f"history {history}: run 9 appended (commit c9); p / test_hist.py::test_tok_s: {runs} runs; "
+            f"{len(steps)} step{'s' if len(steps) != 1 else ''} found")
+    assert head in result.outlines, result.outlines
+    tok = next(s for s in steps if s["metric"] == "output_throughput")
+    line = f"history: {step_line(tok)}"
+    assert line in result.outlines
+    assert re.fullmatch(r"history: output_throughput stepped down \d+\.\d % at run \d+ \(commit c\d, p=[\d.e-]+\) "
+                        r"\[p / test_hist\.py::test_tok_s\]: regressed", line), line
+
+    # $GITHUB_STEP_SUMMARY: the same head line, a table row per step.
+    md = summary.read_text()
+    assert "#### Run history" in md and head in md
+    assert len([r for r in md.splitlines() if r.startswith("| median_") or r.startswith("| output_")
+                or r.startswith("| request_")]) == len(steps)
+
+    # The page: each series plotted, a point per run, a marker per step, the segments' medians between them.
+    page = report.with_suffix(".html").read_text()
+    part = page[page.index("<h2>Run history</h2>"):page.index("<h2>Benchmarks</h2>")]
+    charts = part.split('<svg xmlns="http://www.w3.org/2000/svg"')[1:]
+    assert len(charts) == len(section["series"])
+    assert part.count('class="step-marker"') == len(steps)
+    assert part.count('<circle class="run"') == sum(s["runs"] for s in section["series"])
+    for chart in charts:
+        markers = chart.count('class="step-marker"')
+        assert chart.count('class="step-segment"') == (markers + 1 if markers else 0)

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_sglang.bench.sweep import CURVE_X, CURVE_Y
-from pytest_sglang.report.tables import HEADERS, _test_label, bench_cells, telemetry_text
+from pytest_sglang.report.tables import HEADERS, _test_label, bench_cells, history_lines, step_line, telemetry_text
 from pytest_sglang.report.timeseries import telemetry_panels
 
 _COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#17becf")
@@ -282,6 +282,28 @@ def _ab_section(report: dict[str, Any]) -> str:
     return ("<h2>A/B comparisons</h2>" + "".join(_ab_card(ab) for ab in runs)) if runs else ""
 
 
+def _history(report: dict[str, Any]) -> str:
+    """The run history: where this run went, each step found (a badge by its direction), each series plotted."""
+    from pytest_sglang.report.historychart import history_charts
+
+    hist = report.get("history")
+    lines = history_lines(report)
+    if not hist or not lines:
+        return ""
+    out = [f"<h2>Run history</h2><p>{html.escape(lines[0])}</p>"]
+    steps = hist.get("steps", [])
+    if steps:
+        out.append('<ul class="verdicts">')
+        for st in steps:
+            gate = "regressed" if st["status"] == "regressed" else "passed"
+            out.append(f'<li class="verdict-{gate}">{_badge(gate, st["status"].upper())} '
+                       f'{html.escape(step_line(st).rsplit(": ", 1)[0])}</li>')
+        out.append("</ul>")
+    out += [f'<p class="small">{html.escape(line.removeprefix("history: "))}</p>' for line in lines[1 + len(steps):]]
+    out += history_charts(hist)
+    return "".join(out)
+
+
 def _benchmarks(report: dict[str, Any]) -> str:
     rows = []
     for name, prof in report["profiles"].items():
@@ -346,8 +368,8 @@ def html_page(report: dict[str, Any], base: Path | None = None) -> str:
     return ("<!doctype html><html><head><meta charset='utf-8'><title>pytest-sglang report</title>"
             f"<style>{_CSS}</style></head><body>"
             f"<h1>pytest-sglang report</h1><p class='meta'>{meta}</p>{_verdicts(report)}{_tests(report)}"
-            f"{_ab_section(report)}{_benchmarks(report)}{_sweep_charts(report)}{_servers(report, base)}"
-            f"{_telemetry_charts(report)}{_notes(report)}</body></html>\n")
+            f"{_ab_section(report)}{_history(report)}{_benchmarks(report)}{_sweep_charts(report)}"
+            f"{_servers(report, base)}{_telemetry_charts(report)}{_notes(report)}</body></html>\n")
 
 
 def write_html(path: str | Path, report: dict[str, Any]) -> Path:
