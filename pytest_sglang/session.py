@@ -35,6 +35,8 @@ class ABEntry:
     nodeid: str
     result: ABResult
     outcome: str | None = None
+    machine_keys: dict[str, str] = field(default_factory=dict)  # profile -> where its rounds ran (the history's)
+    workload: str | None = None  # the A/B's workload key (baseline/store.workload_key), the history's too
 
 
 class SessionLedger:
@@ -61,8 +63,9 @@ class SessionLedger:
         self.benches.append(entry)
         return entry
 
-    def add_ab(self, nodeid: str, result: ABResult) -> ABEntry:
-        entry = ABEntry(nodeid, result)
+    def add_ab(self, nodeid: str, result: ABResult, *, machine_keys: dict[str, str] | None = None,
+               workload: str | None = None) -> ABEntry:
+        entry = ABEntry(nodeid, result, machine_keys=dict(machine_keys or {}), workload=workload)
         self.ab.append(entry)
         return entry
 

@@ -4,15 +4,18 @@ history appends: one BenchRecord per benchmark, keyed as the baseline check keys
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from types import SimpleNamespace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pytest_sglang.baseline.checks import infrastructure_problem
 from pytest_sglang.baseline.directions import direction
 from pytest_sglang.baseline.store import workload_key
 from pytest_sglang.errors import BaselineError
 from pytest_sglang.history.store import BenchRecord, RunRecord
+
+if TYPE_CHECKING:
+    from pytest_sglang.session import ABEntry
 
 # What a benchmark was asked to do (BenchResult's fields): a change of any of them starts a new series.
 WORKLOAD_FIELDS = ("api", "num_requests", "max_concurrency", "request_rate", "input_len", "output_len", "warmup",
@@ -62,13 +65,42 @@ def bench_key(bench: Mapping[str, Any]) -> str:
     return f"{bench['test_id']}@{point['param']}={point['value']:g}" if point else str(bench["test_id"])
 
 
+def ab_benches(entries: Sequence[ABEntry], machine_of: Callable[[str | None], str],
+               versions: Mapping[str, str | None]) -> tuple[list[BenchRecord], list[dict[str, str]]]:
+    """Each side of each ``sglang_ab`` run as a benchmark of its profile under the A/B test's node id, keyed by
+    the A/B workload (as its instance noise is): the candidate's and the reference's own series."""
+    benches: list[BenchRecord] = []
+    skipped: list[dict[str, str]] = []
+    for entry in entries:
+        ab = entry.result
+        gate = ab.to_dict()["gate"]
+        for side in dict.fromkeys((ab.first, ab.second)):
+            results = ab.rounds.get(side) or []
+            problem = next((p for r in results if (p := infrastructure_problem(r))), None)
+            dicts = [r.to_dict() for r in results]
+            rounds = {m: [float(d[m]) for d in dicts] for m in (dicts[0] if dicts else {})
+                      if all(tracked(m, d.get(m)) for d in dicts)}
+            if problem or not rounds or entry.workload is None:
+                skipped.append({"profile": side, "test": entry.nodeid,
+                                "reason": problem or "no figure with a known direction"})
+                continue
+            benches.append(BenchRecord(
+                profile=side, test=entry.nodeid, machine=entry.machine_keys.get(side) or machine_of(versions.get(side)),
+                workload=entry.workload, rounds=rounds, server_version=versions.get(side), outcome=entry.outcome,
+                gate=gate))
+    return benches, skipped
+
+
 def run_of(report: Mapping[str, Any], *, commit: str | None, time: float, exit_status: int | None,
-           machine_of: Callable[[str | None], str]) -> tuple[RunRecord, list[dict[str, str]]]:
+           machine_of: Callable[[str | None], str], ab: Sequence[ABEntry] = (),
+           versions: Mapping[str, str | None] | None = None) -> tuple[RunRecord, list[dict[str, str]]]:
     """The run to append, and the benchmarks left out of it with why: those whose figures say nothing about the
     server (failed requests, a client-bound run: the gate's own rule), which would otherwise read as steps.
     ``machine_of(server_version)``: the machine key of a benchmark whose report entry has none (this machine,
-    with that server version)."""
-    benches, skipped = [], []
+    with that server version). ``ab``: the session's A/B runs (``versions``: each profile's server version).
+    """
+    benches: list[BenchRecord] = []
+    skipped: list[dict[str, str]] = []
     for profile, prof in report.get("profiles", {}).items():
         version = prof.get("server_version")
         for bench in prof.get("benchmarks", []):
@@ -82,6 +114,9 @@ def run_of(report: Mapping[str, Any], *, commit: str | None, time: float, exit_s
                 profile=profile, test=bench_key(bench), machine=bench.get("machine_key") or machine_of(version),
                 workload=workload_of(bench["result"]), rounds=rounds, server_version=version,
                 outcome=bench.get("outcome"), gate=bench.get("gate")))
+    ab_found, ab_skipped = ab_benches(ab, machine_of, versions or {})
+    benches += ab_found
+    skipped += ab_skipped
     gate = (report.get("gate") or {}).get("status")
     run = RunRecord(commit=commit, time=time, exit_status=exit_status, gate=gate, benchmarks=tuple(benches))
     return run, skipped

@@ -9,6 +9,7 @@ series twice (the same test id run twice), its point is the median of the two.
 
 from __future__ import annotations
 
+import functools
 import statistics
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
@@ -109,12 +110,13 @@ def series_of(rows: Iterable[Row], metrics: Sequence[str] | None = DEFAULT_METRI
     return out
 
 
-def steps_in(series: Series, detector: Detector | None = None) -> list[Step]:
-    """The steps of one series: each change point, with the medians of the segments on either side of it."""
+def steps_in(series: Series, detector: Detector | None = None, *, window: int | None = None) -> list[Step]:
+    """The steps of one series: each change point, with the medians of the segments on either side of it.
+    ``window``: search only the series' most recent that many runs (default: changepoints.WINDOW)."""
     if detector is None:
         from pytest_sglang.history.changepoints import find_change_points
 
-        detector = find_change_points
+        detector = find_change_points if window is None else functools.partial(find_change_points, window=window)
     values = series.values
     found = sorted(detector(values), key=lambda cp: cp.index)
     bounds = [0, *(cp.index for cp in found), len(values)]
@@ -132,7 +134,7 @@ def steps_in(series: Series, detector: Detector | None = None) -> list[Step]:
 
 
 def find_steps(rows: Iterable[Row], metrics: Sequence[str] | None = DEFAULT_METRICS,
-               detector: Detector | None = None) -> tuple[list[Series], list[Step]]:
-    """Every series of ``rows`` and every step found in them."""
+               detector: Detector | None = None, *, window: int | None = None) -> tuple[list[Series], list[Step]]:
+    """Every series of ``rows`` and every step found in them (in each one's last ``window`` runs, if given)."""
     series = series_of(rows, metrics)
-    return series, [step for s in series for step in steps_in(s, detector)]
+    return series, [step for s in series for step in steps_in(s, detector, window=window)]

@@ -344,7 +344,8 @@ class SGLangPlugin:
         """This run into the history (once, by the process that holds every worker's results)."""
         checker = self.measure.checker
         self.history.append(self.report(), commit=checker.commit, time=self.started,
-                            exit_status=int(session.exitstatus), machine_of=lambda v: checker.machine(v).key)
+                            exit_status=int(session.exitstatus), machine_of=lambda v: checker.machine(v).key,
+                            ab=self.ledger.ab, versions=self.ledger.server_versions)
         if self.history.error is not None:
             self.status(f"[sglang] ERROR: --sglang-history: this run was not appended: {self.history.error}")
             if session.exitstatus == pytest.ExitCode.OK:

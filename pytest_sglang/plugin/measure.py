@@ -134,6 +134,7 @@ class Measurements:
         confidence, max_cv = gate_options(self.settings.gate_defaults)
         gate = {"confidence": confidence, "max_cv_pct": max_cv}
         live: dict[str, ServerHandle] = {}
+        machine_keys: dict[str, str] = {}  # profile -> where its rounds ran (each side's server version)
 
         def switch(profile: str) -> None:
             live.clear()
@@ -141,6 +142,9 @@ class Measurements:
 
         def run_round(profile: str, warm: int) -> BenchResult:
             server = live[profile]
+            if profile not in machine_keys:
+                label = self.server_label(server)
+                machine_keys[profile] = (server.machine(label) or self.checker.machine(label)).key
             try:
                 return run_bench(server, warmup=warm, profile=profile, **workload)
             except BenchmarkFailedError as exc:
@@ -157,16 +161,17 @@ class Measurements:
                                        **gate)
         except PluginError as exc:
             fail_with(exc)
-        self._instance_noise(result, {**workload, "rounds": rounds, **({} if together else {"bracketed": True})},
-                             live.get(first) or next(iter(live.values())))
+        key = self._instance_noise(result, {**workload, "rounds": rounds,
+                                            **({} if together else {"bracketed": True})},
+                                   live.get(first) or next(iter(live.values())))
         result.on_check = lambda outcome: self._ab_checked(request, outcome)
-        self.ledger.add_ab(request.node.nodeid, result)
+        self.ledger.add_ab(request.node.nodeid, result, machine_keys=machine_keys, workload=key)
         request.node.user_properties.extend(ab_properties(result))
         return result
 
-    def _instance_noise(self, result: ABResult, workload: dict[str, Any], server: ServerHandle) -> None:
+    def _instance_noise(self, result: ABResult, workload: dict[str, Any], server: ServerHandle) -> str:
         """Hand the A/B its recorded A/A runs (before this one is added); record this one if it is an A/A run
-        under --sglang-update-baseline."""
+        under --sglang-update-baseline. Returns the workload's key (the history's too)."""
         from pytest_sglang.baseline.store import workload_key
         from pytest_sglang.bench.ab import aa_log_ratios, noise_hint
         from pytest_sglang.errors import BaselineError
@@ -186,6 +191,7 @@ class Measurements:
                                                      str(store.path)))
         except BaselineError as exc:
             fail_with(exc)
+        return key
 
     def _ab_checked(self, request: pytest.FixtureRequest, outcome: ABComparison) -> None:
         import warnings

@@ -149,6 +149,7 @@ class Settings:
     not_judged_option: str | None = None  # as given (the command line's, else the ini file's)
     empty_profile_option: bool = False  # --sglang-profile was given but names nothing (e.g. an unset CI variable)
     history_path: Path | None = None  # --sglang-history: the run history store
+    empty_history_option: bool = False  # --sglang-history= was given empty (an unset CI variable)
 
     @classmethod
     def from_config(cls, config: pytest.Config) -> Settings:
@@ -176,6 +177,7 @@ class Settings:
                                                            ("confidence", _option_or_ini(config, "sglang_confidence")))
                            if value is not None},
             empty_profile_option=bool(given) and not raw,
+            empty_history_option=opt("sglang_history") is not None and not str(opt("sglang_history")).strip(),
             fail_not_judged=_option_or_ini(config, "sglang_not_judged") == "fail",
             not_judged_option=_option_or_ini(config, "sglang_not_judged"),
         )
@@ -186,6 +188,10 @@ class Settings:
             return ("--sglang-profile was given but names no profile (an unset CI variable, e.g. "
                     "--sglang-profile=$PROFILE?): every server test would be skipped and the run pass having tested "
                     "nothing. Pass --sglang-profile=NAME, or leave the option out.")
+        if self.empty_history_option:
+            return ("--sglang-history was given but names no file (an unset CI variable, e.g. "
+                    "--sglang-history=$HISTORY?): this run's figures would be recorded nowhere. Pass "
+                    "--sglang-history=PATH, or leave the option out.")
         if self.startup_timeout is not None and not 0 < self.startup_timeout < float("inf"):
             return (f"--sglang-startup-timeout={self.startup_timeout:g} is not a number of seconds above 0: pass "
                     "e.g. --sglang-startup-timeout=600, or leave it out for each profile's startup_timeout.")

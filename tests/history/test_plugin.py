@@ -248,3 +248,43 @@ def test_a_slower_server_from_some_run_on_is_a_step_in_the_report(project: pytes
         kept.index(first_slow) + 1, first_slow, f"c{first_slow}", "regressed"), shown
     assert tok["change_pct"] < -50 and tok["p_value"] <= 0.01
     assert f"output_throughput stepped down {abs(tok['change_pct']):.1f} % at run {tok['index']} " in shown
+
+
+AB_TEST = '''
+import pytest
+
+@pytest.mark.sglang_ab("main", "cand")
+def test_cand(sglang_ab):
+    sglang_ab(num_requests=4, concurrency=4, input_len=8, output_len=16, rounds=3, warmup=0)
+'''
+
+
+def test_each_side_of_an_ab_run_is_its_own_series_keyed_by_the_ab_workload(pytester: pytest.Pytester, mark: str,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PYTEST_SGLANG_MACHINE", "hist-machine")
+    monkeypatch.setenv("PYTEST_SGLANG_COMMIT", "abc")
+    sim = "startup_seconds = 0.2, decode_tok_s = {}, ttft_ms = 5"
+    pytester.makefile(".toml", pyproject="[tool.pytest.ini_options]\n" + profile_toml("main", mark, sim=sim.format(400))
+                      + profile_toml("cand", mark, sim=sim.format(200)))
+    pytester.makepyfile(test_ab=AB_TEST)
+    history, report_path = pytester.path / "h.sqlite", pytester.path / "report.json"
+    pytester.runpytest_subprocess("-p", "no:cacheprovider", "--sglang-sim", "--sglang-profile=main,cand",
+                                  f"--sglang-history={history}", f"--sglang-report={report_path}",
+                                  timeout=120).assert_outcomes(passed=1)
+    with HistoryStore.open(history, write=False) as store:
+        rows = store.rows(["output_throughput"])
+    report = json.loads(report_path.read_text())
+    (ab,) = report["ab"]
+    skipped = {s["profile"] for s in report["history"]["skipped"]}  # client-bound on a loaded host: left out
+    assert {r.profile for r in rows} == {"main", "cand"} - skipped
+    for row in rows:
+        assert row.test == "test_ab.py::test_cand" and row.machine.startswith("hist-machine | sglang ")
+        assert row.workload == "concurrency=4 input_len=8 num_requests=4 output_len=16 rounds=3"
+        assert list(row.rounds) == ab["rounds"][row.profile]  # every round, as the report's A/B lists them
+
+
+def test_an_empty_history_option_is_a_usage_error(project: pytest.Pytester) -> None:
+    result = run(project, "--sglang-history=", "--sglang-log-dir=logs")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["ERROR: --sglang-history was given but names no file (an unset CI variable*"])
+    assert not (project.path / "logs").exists()

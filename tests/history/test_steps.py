@@ -117,3 +117,12 @@ def test_every_stored_metric_can_be_searched(tmp_path: Path) -> None:
     assert find_steps(rows)[1] == []  # not among the default metrics
     (step,) = find_steps(rows, metrics=None)[1]
     assert (step.metric, step.index, step.status) == ("gpu_power_mean_w", 9, "regressed")
+
+
+def test_a_window_searches_only_the_most_recent_runs(tmp_path: Path) -> None:
+    rng = random.Random(19)
+    rows = append_runs(tmp_path / "h.sqlite", [{"output_throughput": noisy(v, rng)}
+                                               for v in step_series(60, at=11, factor=0.8)])
+    (step,) = find_steps(rows)[1]
+    assert (step.index, step.run_id) == (11, 11)
+    assert find_steps(rows, window=40)[1] == []  # runs 21-60: no step among them
