@@ -290,7 +290,8 @@ def _history(report: dict[str, Any]) -> str:
     lines = history_lines(report)
     if not hist or not lines:
         return ""
-    out = [f"<h2>Run history</h2><p>{html.escape(lines[0])}</p>"]
+    css = ' class="died"' if hist.get("error") else ""  # this run's figures were not recorded: say it in red
+    out = [f"<h2>Run history</h2><p{css}>{html.escape(lines[0])}</p>"]
     steps = hist.get("steps", [])
     if steps:
         out.append('<ul class="verdicts">')
