@@ -73,11 +73,13 @@ def series_svg(series: dict[str, Any], steps: Sequence[dict[str, Any]]) -> str |
 
 
 def history_charts(hist: dict[str, Any]) -> list[str]:
-    """One chart per series of the report's history section, the series with steps first."""
+    """One chart per series of the report's history section with two runs or more (one point shows no change),
+    the series with steps first."""
     key = ("profile", "test", "machine", "workload", "metric")
     by_series: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
     for step in hist.get("steps", []):
         by_series.setdefault(tuple(step[k] for k in key), []).append(step)
     series = sorted(hist.get("series", []), key=lambda s: tuple(s[k] for k in key) not in by_series)
-    charts = [series_svg(s, by_series.get(tuple(s[k] for k in key), [])) for s in series]
+    charts = [series_svg(s, by_series.get(tuple(s[k] for k in key), [])) for s in series
+              if len(s.get("points") or []) >= 2]
     return [c for c in charts if c]

@@ -301,8 +301,11 @@ def _history(report: dict[str, Any]) -> str:
                        f'{html.escape(step_line(st).rsplit(": ", 1)[0])}</li>')
         out.append("</ul>")
     out += [f'<p class="small">{html.escape(line.removeprefix("history: "))}</p>' for line in lines[1 + len(steps):]]
-    out += history_charts(hist)
-    return "".join(out)
+    charts = history_charts(hist)
+    short = len(hist.get("series", [])) - len(charts)
+    if short:
+        out.append(f'<p class="small">{short} series with a single run so far: plotted from their second run</p>')
+    return "".join(out + charts)
 
 
 def _benchmarks(report: dict[str, Any]) -> str:
