@@ -130,11 +130,12 @@ class ProfileSet:
     source: Path | None
     profiles: Mapping[str, Profile]
 
-    def select(self, names: list[str]) -> list[Profile]:
+    def select(self, names: list[str], origin: str = "--sglang-profile") -> list[Profile]:
+        """The profiles ``names`` (given by ``origin``: the option, or the ini option that named them)."""
         known = ", ".join(sorted(self.profiles)) or "(none defined)"
         if not self.profiles:
             raise ProfileError(
-                f"--sglang-profile={','.join(names)} was given but no profiles are defined. Add "
+                f"{origin} named {','.join(names)} but no profiles are defined. Add "
                 f"[tool.pytest_sglang.profiles.<name>] to pyproject.toml in the rootdir, or pass "
                 f"--sglang-config=FILE with [profiles.<name>] tables."
             )
@@ -144,7 +145,7 @@ class ProfileSet:
                 hint = get_close_matches(name, list(self.profiles), n=1)
                 maybe = f" Did you mean {hint[0]!r}?" if hint else ""
                 raise ProfileError(
-                    f"Unknown profile {name!r} (from --sglang-profile). Known profiles in {self.source}: "
+                    f"Unknown profile {name!r} (from {origin}). Known profiles in {self.source}: "
                     f"{known}.{maybe}"
                 )
             selected.append(self.profiles[name])

@@ -81,7 +81,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     metrics = None if args.metric and "all" in args.metric else (args.metric or DEFAULT_METRICS)
     try:
         with HistoryStore.open(args.path, write=False) as store:
-            runs, rows = store.runs(), store.rows(metrics)
+            runs, rows = store.runs(), store.rows(metrics, rounds=False)
     except HistoryError as exc:
         print(f"python -m pytest_sglang.history: {exc}", file=sys.stderr)
         return 2

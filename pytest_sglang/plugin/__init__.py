@@ -58,6 +58,9 @@ def pytest_configure(config: pytest.Config) -> None:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_cmdline_main(config: pytest.Config) -> int | None:
+    conflict = Settings.from_config(config).conflict()  # --sglang-show and --sglang-stop answer before the session
+    if conflict:
+        raise pytest.UsageError(conflict)
     if config.getoption("sglang_show"):
         from pytest_sglang.plugin.show import show_profiles
 
@@ -83,14 +86,16 @@ class SGLangPlugin:
         self._log_dir: Path | None = None
         self._failure_shown: set[str] = set()
         self.shared = distributed.worker_servers(config)  # under pytest-xdist: the run's shared servers
-        self.measure = Measurements(self.settings, self.ledger, self.shared)
+        # every process reads the history for its checks; the one holding every result appends to it
+        self.history = SessionHistory(self.settings.history_path, appends=not hasattr(config, "workerinput"))
+        self.measure = Measurements(self.settings, self.ledger, self.shared, self.history)
         self.run = distributed.ControllerRun(self.settings)  # the xdist controller's side (inert elsewhere)
         from pytest_sglang.server.pool import ServerPool
 
         self.pool = ServerPool(self.open_server)  # the servers A/B tests need alive at once
         self.written: list[str] = []  # where the reports went ("JSON report: PATH"), for the summary's end
-        self.history = SessionHistory(self.settings.history_path if not hasattr(config, "workerinput") else None)
         self.started = time.time()
+        self.unserved = 0  # collected tests that need a server while none was selected
 
     @functools.cached_property
     def sim_run(self) -> str:
@@ -120,7 +125,8 @@ class SGLangPlugin:
             raise pytest.UsageError(problem)
         try:
             if self.settings.profiles:
-                self.profiles().select(list(self.settings.profiles))
+                self.profiles().select(list(self.settings.profiles), self.settings.origins.get("sglang_profile",
+                                                                                               "--sglang-profile"))
             elif self.settings.sim and not self.settings.url:
                 raise pytest.UsageError(sim_without_profile(sorted(self.profiles().profiles)))
         except PluginError as exc:
@@ -129,6 +135,11 @@ class SGLangPlugin:
             self.history.check()  # before any server launches: a store this run could not append to stops it
         except HistoryError as exc:
             raise pytest.UsageError(f"--sglang-history: {exc}") from None
+        if self.params() and not hasattr(self.config, "workerinput"):
+            try:  # a baseline file that could not be read, or written under --sglang-update-baseline, stops it too
+                self.measure.checker.store.preflight(write=self.settings.update_baseline)
+            except PluginError as exc:
+                raise pytest.UsageError(str(exc)) from None
 
     def pytest_generate_tests(self, metafunc: pytest.Metafunc) -> None:
         params = self.params()
@@ -140,6 +151,12 @@ class SGLangPlugin:
         for item in items:
             if {"sglang_server", "sglang_ab"} & set(getattr(item, "fixturenames", ())):
                 item.add_marker("sglang")
+        self.unserved = 0 if self.params() else sum(
+            1 for i in items if "sglang_server" in getattr(i, "fixturenames", ()))
+        if self.unserved and self.settings.require_profile:
+            raise pytest.UsageError(f"{self.unserved} test(s) need a server, but no --sglang-profile (or --sglang-url) "
+                                    "was given, and sglang_require_profile = true makes a run that would test "
+                                    "nothing an error: pass --sglang-profile=NAME.")
         # A/B tests after the others, grouped by pair (a pair's servers launch once), comparisons last.
         ab = [i for i in items if i.get_closest_marker("sglang_ab") and not i.get_closest_marker("sglang_compare")]
         pairs = list(dict.fromkeys(_ab_pair(i) for i in ab))
@@ -279,6 +296,10 @@ class SGLangPlugin:
     # Summary and reports.
 
     def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
+        if self.unserved:
+            terminalreporter.write_line(f"[sglang] {self.unserved} server test(s) skipped: no --sglang-profile or "
+                                        "--sglang-url was given (ini sglang_require_profile = true makes that an "
+                                        "error)", yellow=True)
         if self.ledger.startups:
             terminalreporter.section("sglang servers")
             for record in self.ledger.startups.values():
@@ -303,7 +324,7 @@ class SGLangPlugin:
         report = build_report(self.ledger, machine=checker.machine(None), commit=checker.commit,
                               baseline_path=str(checker.store.path) if self.measure.checked else None)
         report = summarize(self.run.merged(report))  # sweeps and gates over every worker's benchmarks
-        if self.history.path is not None:
+        if self.history.appends:
             report["history"] = self.history.section or {"path": str(self.history.path),
                                                          "error": self.history.error}
         return report
@@ -325,7 +346,7 @@ class SGLangPlugin:
             distributed.send_to_controller(self.config, self.ledger, self.report())
         for line in self.run.stop_servers():
             self.status(f"[sglang] stopped the shared server of {line}")
-        if self.history.path is not None:
+        if self.history.appends and not self.config.option.collectonly:  # a run that ran nothing is no run
             self._append_history(session)
         path = self.settings.report_path
         if self.shared is not None or not (path or (self._has_benches() and os.environ.get("GITHUB_STEP_SUMMARY"))):

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from pytest_sglang.baseline.engine import ABComparison
     from pytest_sglang.bench import BenchResult
     from pytest_sglang.bench.ab import ABResult
+    from pytest_sglang.plugin.history import SessionHistory
     from pytest_sglang.plugin.settings import Settings
     from pytest_sglang.server import ServerHandle
     from pytest_sglang.server.pool import ServerPool
@@ -25,8 +26,10 @@ if TYPE_CHECKING:
 class Measurements:
     """The session's benchmarks and baseline checks, recorded in its ledger."""
 
-    def __init__(self, settings: Settings, ledger: SessionLedger, shared: SharedServers | None) -> None:
+    def __init__(self, settings: Settings, ledger: SessionLedger, shared: SharedServers | None,
+                 history: SessionHistory) -> None:
         self.settings = settings
+        self.history = history
         self.ledger = ledger
         self.shared = shared
         self._checker: BaselineChecker | None = None
@@ -99,10 +102,12 @@ class Measurements:
                         "startup time to check or record")
         label = self.server_label(server) if server is not None else self.ledger.server_versions.get(profile)
         self.checked = True
+        test_id = strip_param(request.node.nodeid, profile)
+        machine = (server.machine(label) if server is not None else None) or self.checker.machine(label)
         try:
-            comp = self.checker.check(result, tolerances, profile=profile,
-                                      test_id=strip_param(request.node.nodeid, profile), server=label,
-                                      machine=server.machine(label) if server is not None else None)
+            past = self.history.past_runs(result, profile=profile, test_id=test_id, machine=machine.key)
+            comp = self.checker.check(result, tolerances, profile=profile, test_id=test_id, server=label,
+                                      machine=machine, history=past)
         except BaselineError as exc:
             fail_with(exc)
         entries = [b for b in self.ledger.entries_for(request.node.nodeid) if b.result is result]

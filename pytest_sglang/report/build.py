@@ -16,7 +16,7 @@ from pytest_sglang.session import SessionLedger
 SCHEMA = "pytest-sglang-report"
 SCHEMA_VERSION = 1
 _CHECK_DETAIL = ("rounds", "baseline_rounds", "method", "p_value", "ci_pct", "cv_pct", "baseline_cv_pct", "reason",
-                 "sessions")
+                 "sessions", "detectable_pct", "history")
 
 
 def _baseline_view(comps: Iterable[Comparison]) -> dict[str, Any]:

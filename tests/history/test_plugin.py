@@ -46,8 +46,11 @@ def test_each_run_appends_one_run_with_its_commit_rounds_and_keys(project: pytes
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     run(project).assert_outcomes(passed=1)
     assert not [p for p in project.path.rglob("*") if p.suffix in (".sqlite", ".db")]  # nothing without the option
-
     history, report_path = project.path / "h.sqlite", project.path / "report.json"
+    assert run(project, "--collect-only", f"--sglang-history={history}").ret == pytest.ExitCode.OK
+    with HistoryStore.open(history, write=False) as store:
+        assert store.runs() == []  # checked (and created) at the start; a run that ran nothing appends nothing
+
     monkeypatch.setenv("GITHUB_SHA", "0123456789abcdef0123456789abcdef01234567")
     run(project, f"--sglang-history={history}").assert_outcomes(passed=1)
     monkeypatch.setenv("PYTEST_SGLANG_COMMIT", "v1.2-rc")  # overrides GITHUB_SHA

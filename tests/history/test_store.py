@@ -268,3 +268,13 @@ def test_a_write_that_fails_midway_is_a_history_error_and_leaves_nothing_half_wr
             store.append(RunRecord(commit="b", time=2.0, benchmarks=(big,)))
         assert [r.commit for r in store.runs()] == ["a"]
     assert path.read_bytes() == before
+
+
+def test_rows_can_be_read_without_their_rounds_and_for_some_metrics(tmp_path: Path) -> None:
+    path = stored(tmp_path / "h.sqlite", run("a", 100.0), run("b", 90.0))
+    with HistoryStore.open(path, write=False) as store:
+        full = store.rows()
+        lean = store.rows(["output_throughput"], rounds=False)
+    assert [(r.run_id, r.metric, r.median, r.rounds) for r in lean] == [
+        (r.run_id, r.metric, r.median, ()) for r in full if r.metric == "output_throughput"]
+    assert all(r.rounds for r in full)
