@@ -98,3 +98,42 @@ def test_a_run_whose_server_tests_would_all_skip_says_so_or_stops(pytester: pyte
     _project(pytester, mark, ini="sglang_require_profile = true")
     _refused(_run(pytester), "*1 test(s) need a server, but no --sglang-profile (or --sglang-url) was given*")
     assert _run(pytester, "--sglang-profile=p", "--sglang-sim").ret == 0
+
+
+FOUR_MISTAKES = """
+[tool.pytest_sglang.profiles.a]
+modle = "m"
+startup_timeout = -1
+[tool.pytest_sglang.profiles.b]
+extends = "nope"
+[tool.pytest_sglang.profiles.c]
+port = 70000
+"""
+
+
+def test_every_profile_mistake_is_told_in_one_run_and_an_unselected_one_blocks_nothing(
+        pytester: pytest.Pytester, mark: str) -> None:
+    pytester.makefile(".toml", pyproject=FOUR_MISTAKES + profile_toml("good", mark))
+    pytester.makepyfile(test_user=SERVER_TEST)
+    result = _run(pytester, "--sglang-profile=a", "--sglang-sim")
+    _refused(result, "*pyproject.toml: 4 mistakes in 3 profiles:*")
+    text = " ".join(result.stderr.str().split())
+    for needle in ("profile 'a', key 'modle': unknown key. Did you mean 'model'?", "key 'startup_timeout'",
+                   "extends unknown profile 'nope'", "profile 'c', key 'port'"):
+        assert needle in text
+    fine = _run(pytester, "--sglang-profile=good", "--sglang-sim")
+    fine.assert_outcomes(passed=1)
+    fine.stdout.fnmatch_lines(["*warning: profile 'a' is broken and was not selected, so this run goes on without "
+                               "it: *unknown key*"])
+
+
+def test_under_the_simulator_what_the_real_launch_would_miss_is_said(pytester: pytest.Pytester, mark: str) -> None:
+    """The simulator uses no model or interpreter; a user developing on it hears of a missing one now."""
+    pytester.makefile(".toml", pyproject=profile_toml("p", mark, body='python = "/no/such/venv/bin/python"'))
+    pytester.makepyfile(test_user=SERVER_TEST)
+    result = _run(pytester, "--sglang-profile=p", "--sglang-sim")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*warning: without --sglang-sim this launch would fail: *python /no/such/venv/bin/"
+                                 "python does not exist*"])
+    shown = _run(pytester, "--sglang-profile=p", "--sglang-sim", "--sglang-show")
+    shown.stdout.fnmatch_lines(["*warning*without --sglang-sim: *python /no/such/venv/bin/python does not exist*"])

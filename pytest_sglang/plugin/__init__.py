@@ -110,7 +110,8 @@ class SGLangPlugin:
         if self._profiles is None:
             from pytest_sglang.config.profiles import load_profiles
 
-            self._profiles = load_profiles(self.settings.rootdir, self.settings.config_path)
+            self._profiles = load_profiles(self.settings.rootdir, self.settings.config_path,
+                                           keep_going=True)
         return self._profiles
 
     def params(self) -> list[str]:
@@ -129,8 +130,14 @@ class SGLangPlugin:
                                                                                                "--sglang-profile"))
             elif self.settings.sim and not self.settings.url:
                 raise pytest.UsageError(sim_without_profile(sorted(self.profiles().profiles)))
+            profiles = self.profiles()
         except PluginError as exc:
             raise pytest.UsageError(str(exc)) from None
+        if self.settings.sim:
+            self._warn_real_launch_problems(profiles)
+        for name in profiles.unselected_broken(self.settings.profiles):
+            self.status(f"[sglang] warning: profile {name!r} is broken and was not selected, so this run goes on "
+                        f"without it: {profiles.broken[name]}")
         try:
             self.history.check()  # before any server launches: a store this run could not append to stops it
         except HistoryError as exc:
@@ -140,6 +147,16 @@ class SGLangPlugin:
                 self.measure.checker.store.preflight(write=self.settings.update_baseline)
             except PluginError as exc:
                 raise pytest.UsageError(str(exc)) from None
+
+    def _warn_real_launch_problems(self, profiles: ProfileSet) -> None:
+        """The simulator uses no model path or interpreter; the real server will: say now what it would miss."""
+        from pytest_sglang.launch.logdir import state_dir
+        from pytest_sglang.launch.plan import real_launch_problems
+
+        for name in self.settings.profiles:
+            if name in profiles.profiles:
+                for problem in real_launch_problems(profiles.profiles[name], state_dir() / "logs"):
+                    self.status(f"[sglang] warning: without --sglang-sim this launch would fail: {problem}")
 
     def pytest_generate_tests(self, metafunc: pytest.Metafunc) -> None:
         params = self.params()
