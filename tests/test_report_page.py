@@ -96,29 +96,42 @@ def test_dead_server_row_report_paths_and_step_summary(pytester: pytest.Pytester
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     summary = pytester.path / "step-summary.md"
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
-    pytester.makefile(".toml", pyproject=profile_toml("dying", mark, sim=f"{FAST}, crash_after_requests = 3"))
+    pytester.makefile(".toml", pyproject=profile_toml("dying", mark, sim=f"{FAST}, crash_after_requests = 4"))
     pytester.makepyfile(test_dead=f'''
-def test_bench(sglang_bench):
+import time
+
+import requests
+
+def test_bench(sglang_server, sglang_bench):
+    sglang_bench(num_requests=4, concurrency=2, input_len=16, output_len=24, warmup=0)  # its 4th request: the crash
+    for _ in range(600):  # until the server is gone
+        try:
+            requests.get(sglang_server.url("/health"), timeout=2)
+        except requests.ConnectionError:
+            break
+        time.sleep(0.1)
     sglang_bench({WORKLOAD})
 ''')
     result = _run(pytester, "--sglang-profile=dying", "--sglang-report=out/report.json", "--junitxml=out/junit.xml")
     result.assert_outcomes(failed=1)
     rows = [line for line in result.outlines if line.startswith("dying ") and "test_bench" in line]
-    assert len(rows) == 1, result.outlines
-    cells = re.split(r"\s{2,}", rows[0].strip())
-    assert re.fullmatch(r"server died \(\d+ requests failed\)", cells[3]), cells
-    assert cells[4:] == ["-", "-", "-", "-", "server died"], cells
-    assert "client-bound" not in rows[0]
+    assert len(rows) == 2, result.outlines
+    measured, dead = (re.split(r"\s{2,}", row.strip()) for row in rows)
+    assert "server died" not in rows[0] and float(measured[3].split()[0]) > 0  # before the crash: a measurement
+    assert re.fullmatch(r"server died \(\d+ requests failed\)", dead[3]), dead
+    assert dead[4:] == ["-", "-", "-", "-", "server died"], dead
+    assert "client-bound" not in rows[1]
     data = json.loads((pytester.path / "out" / "report.json").read_text())
-    bench = data["profiles"]["dying"]["benchmarks"][0]
+    first, bench = data["profiles"]["dying"]["benchmarks"]
+    assert first["server_died"] is None
     assert bench["server_died"] and bench["server_died"] == data["profiles"]["dying"]["died"]
     assert bench["gate"] == "not-judged" and bench["gate_reason"].startswith("the server died during this benchmark")
     page = (pytester.path / "out" / "report.html").read_text()
     assert "server died: no figure" in page and "server died during the session" in page
-    assert f"| {cells[3]} |" in summary.read_text()
+    assert f"| {dead[3]} |" in summary.read_text()
 
     # Where each report went, at the end of the summary.
-    end = result.outlines[result.outlines.index(rows[0]):]
+    end = result.outlines[result.outlines.index(rows[1]):]
     for line in (f"sglang JSON report: {pytester.path / 'out' / 'report.json'}",
                  f"sglang HTML report: {pytester.path / 'out' / 'report.html'}",
                  f"sglang step summary appended to {summary}",
