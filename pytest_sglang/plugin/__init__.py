@@ -93,6 +93,7 @@ class SGLangPlugin:
         from pytest_sglang.server.pool import ServerPool
 
         self.pool = ServerPool(self.open_server)  # the servers A/B tests need alive at once
+        self.written: list[str] = []  # where the reports went ("JSON report: PATH"), for the summary's end
         self.started = time.time()
         self.unserved = 0  # collected tests that need a server while none was selected
 
@@ -330,6 +331,8 @@ class SGLangPlugin:
                 terminalreporter.write_line(line)
             for note in self.ledger.notes:
                 terminalreporter.write_line(f"note: {note}")
+        for line in self.written + _junit_line(self.config):
+            terminalreporter.write_line(line)
 
     def report(self) -> dict[str, object]:
         from pytest_sglang.report import build_report, summarize
@@ -370,9 +373,10 @@ class SGLangPlugin:
         report = self.report()
         if path:
             json_path = write_json(path, report)
-            write_html(json_path.with_suffix(".html"), report)
-        if self._has_benches():
-            append_step_summary(report)
+            self.written += [f"sglang JSON report: {json_path.resolve()}",
+                             f"sglang HTML report: {write_html(json_path.with_suffix('.html'), report).resolve()}"]
+        if self._has_benches() and (summary := append_step_summary(report)) is not None:
+            self.written.append(f"sglang step summary appended to {summary}")
 
     def _append_history(self, session: pytest.Session) -> None:
         """This run into the history (once, by the process that holds every worker's results)."""
@@ -399,6 +403,14 @@ def _server_param(item: pytest.Item) -> str | None:
 def _ab_pair(item: pytest.Item) -> tuple[str, ...]:
     marker = item.get_closest_marker("sglang_ab")
     return tuple(str(a) for a in marker.args) if marker is not None else ()
+
+
+def _junit_line(config: pytest.Config) -> list[str]:
+    """Where junitxml (with the sglang_* properties of each test) goes, where --junitxml was given."""
+    path = config.getoption("xmlpath", None)
+    if not path or hasattr(config, "workerinput"):
+        return []
+    return [f"sglang junit properties: {Path(os.path.expandvars(path)).expanduser().resolve()}"]
 
 
 def _junit_startup(record: StartupRecord) -> list[tuple[str, object]]:

@@ -198,6 +198,8 @@ class Measurements:
             result.noise_hint = noise_hint(result.first, key)
             if result.same_server and self.settings.update_baseline:
                 store.record_instance_noise(machine, key, aa_log_ratios(result))
+                self.ledger.notes.append(aa_recorded(result, store.instance_noise(machine, key), machine.key,
+                                                     str(store.path)))
         except BaselineError as exc:
             fail_with(exc)
         return key
@@ -218,3 +220,13 @@ class Measurements:
         for judged in outcome.not_judged:
             warnings.warn(NotJudgedWarning(judged.message), stacklevel=3)
 
+
+def aa_recorded(result: ABResult, stored: dict[str, list[float]], machine: str, path: str) -> str:
+    """What recording an A/A run did: it was stored, and how many of its workload are stored now."""
+    from pytest_sglang.baseline.engine import AA_RUNS_NEEDED
+
+    count = max((len(v) for v in stored.values()), default=0)
+    more = (f"; {AA_RUNS_NEEDED - count} more before they judge A/B checks of this workload" if count < AA_RUNS_NEEDED
+            else "; they now judge A/B checks of this workload by their instance noise")
+    return (f"A/A run {result.second} vs {result.first} stored: {count} A/A run{'s' if count != 1 else ''} of this "
+            f"workload now stored for {machine} in {path}{more}")

@@ -109,6 +109,9 @@ def build_report(ledger: SessionLedger, *, machine: Machine | None = None, commi
             if b.profile != name:
                 continue
             gate, reason = gate_of(b.result, b.comparisons)
+            died = record.died if record is not None and b.result.failed else None
+            if died:  # its failed requests are the death, not a measurement: no figure of it is shown
+                reason = f"the server died during this benchmark: {died}"
             benches.append({
                 "test_id": b.test_id,
                 "nodeid": b.nodeid,
@@ -116,6 +119,7 @@ def build_report(ledger: SessionLedger, *, machine: Machine | None = None, commi
                 "machine_key": b.machine_key,
                 "gate": gate,
                 "gate_reason": reason,
+                "server_died": died,
                 "result": b.result.to_dict(),
                 "telemetry": b.result.telemetry,
                 "baseline": _baseline_view(b.comparisons),
