@@ -106,7 +106,7 @@ def test_bracketing_runs_one_server_at_a_time_and_reports_the_drift(pytester: py
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*slow output_throughput 0.[4-7]?x main (95% CI *, 6 vs 3+3 rounds, p=*; main drifted "
                                  "*% from before to after; instance noise not yet known (0 of 5 A/A runs); "
-                                 "tolerance 20%) regressed*"])
+                                 "catches about *% at 80% power (6 rounds); tolerance 20%) regressed*"])
     launches = re.findall(r"\[sglang (\w+)\] launching", result.stdout.str())
     assert launches == ["main", "slow", "main"]
 

@@ -82,11 +82,11 @@ def test_a_significant_regression_beyond_the_tolerance_fails_with_its_interval()
     assert j.ci_pct is not None and j.ci_pct[1] < -5.0
 
 
-def test_beyond_the_tolerance_but_not_significant_passes() -> None:
+def test_beyond_the_tolerance_but_not_significant_is_not_judged_never_passed() -> None:
     noisy_base = [344.0, 300.0, 350.0, 310.0, 340.0]
     j = judge("output_throughput", [320.0, 330.0, 305.0, 345.0, 315.0], noisy_base, FIVE, max_cv_pct=None)
-    assert j.status == "ok" and j.p_value is not None and j.p_value > 0.05
-    assert "past the tolerance but not significant" in j.message
+    assert j.status == "not-judged" and not j.failed and j.p_value is not None and j.p_value > 0.05
+    assert "-5.9% is past the tolerance but not significant, and the 95% CI of the change" in j.message
 
 
 def test_significant_but_within_the_tolerance_passes() -> None:
@@ -109,7 +109,8 @@ def test_too_noisy_to_judge_is_neither_pass_nor_fail() -> None:
     assert j.message.startswith("output_throughput too noisy to judge: CV 27.4% over this run's 5 rounds "
                                 "(limit 10%), and the 95% CI of the change, ")
     assert "reaches both sides of the tolerance's edge; more rounds, or past sessions" in j.message
-    assert judge("output_throughput", wild, BASE, FIVE, max_cv_pct=30.0).status != "not-judged"
+    looser = judge("output_throughput", wild, BASE, FIVE, max_cv_pct=30.0)  # under the limit, still undecided
+    assert looser.status == "not-judged" and "past the tolerance but not significant" in looser.message
 
 
 def test_too_few_samples_for_significance_say_the_tolerance_decided() -> None:

@@ -82,15 +82,18 @@ def judge_paired(metric: str, first: Sequence[float], second: Sequence[float], t
                                   f"(rounds={need} can)")
     where = placement(*gain_interval(((ci[0] - 1.0) * 100.0, (ci[1] - 1.0) * 100.0), d), bound)
     tested = status_of(gain, bound, worse_significant=p_worse <= tail, better_significant=p_better <= tail)
-    status = settle(tested, where, over_limit(cv, max_cv_pct))
+    too_wide = over_limit(cv, max_cv_pct)
+    status = settle(tested, where, too_wide, past_edge=gain < -bound)
     if status != "not-judged":
         return made(status)
-    assert cv is not None and max_cv_pct is not None  # over_limit said so
     edge = 1.0 - bound / 100.0 if d == "higher" else 1.0 + bound / 100.0
-    return made("not-judged", f"too noisy to judge: the paired ratios spread CV {cv:.1f}% over {sample} "
-                              f"(limit {max_cv_pct:g}%), "
-                              f"and their {confidence:.0%} CI {ci[0]:.2f}-{ci[1]:.2f}x reaches both sides of the "
-                              f"tolerance's edge {edge:.2f}x; {_what_decides(n, ci, ratio, edge)}")
+    across = (f"their {confidence:.0%} CI {ci[0]:.2f}-{ci[1]:.2f}x reaches both sides of the tolerance's edge "
+              f"{edge:.2f}x; {_what_decides(n, ci, ratio, edge)}")
+    if too_wide:
+        assert cv is not None and max_cv_pct is not None  # over_limit said so
+        return made("not-judged", f"too noisy to judge: the paired ratios spread CV {cv:.1f}% over {sample} "
+                                  f"(limit {max_cv_pct:g}%), and {across}")
+    return made("not-judged", f"not judged: the ratio {ratio:.2f}x is past the tolerance's edge, but {across}")
 
 
 def _what_decides(n: int, ci: tuple[float, float], ratio: float, edge: float) -> str:

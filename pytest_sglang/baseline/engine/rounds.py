@@ -127,16 +127,19 @@ def judge(
         ci = bootstrap_change_ci(cur, ref, confidence, resamples=resamples) if resamples > 0 else None
         tested = status_of(gain, bound, worse_significant=p_worse <= alpha, better_significant=p_better <= alpha)
         interval_place = placement(*gain_interval(ci, d), bound_pct) if ci else None
-        status = settle(tested, interval_place, bool(noisy))
+        status = settle(tested, interval_place, bool(noisy), past_edge=gain < -bound)
         p = p_worse if gain < 0 else p_better
         if status == "not-judged":
-            cv, side, k = max(noisy)
-            assert max_cv_pct is not None
-            across = (f", and the {confidence:.0%} CI of the change, {ci[0]:+.1f} to {ci[1]:+.1f}%, reaches both "
-                      "sides of the tolerance's edge" if ci else "")
-            reason = (f"too noisy to judge: CV {cv:.1f}% over {side}'s {rounds_text(k)} (limit {max_cv_pct:g}%)"
-                      f"{across}; "
-                      f"more rounds, or past sessions (--sglang-update-baseline), would decide")
+            across = (f"the {confidence:.0%} CI of the change, {ci[0]:+.1f} to {ci[1]:+.1f}%, reaches both sides of "
+                      "the tolerance's edge" if ci else "")
+            decide = "more rounds, or past sessions (--sglang-update-baseline), would decide"
+            if noisy:
+                cv, side, k = max(noisy)
+                assert max_cv_pct is not None
+                reason = (f"too noisy to judge: CV {cv:.1f}% over {side}'s {rounds_text(k)} (limit {max_cv_pct:g}%)"
+                          f"{', and ' + across if across else ''}; {decide}")
+            else:
+                reason = f"not judged: {shown} is past the tolerance but not significant, and {across}; {decide}"
             return made("not-judged", f"{metric} {reason}: {versus}, {shown}{where}", method="mann-whitney",
                         p_value=p, ci_pct=ci, allowed=bound, reason=reason, detectable=detectable)
         if ci is None:

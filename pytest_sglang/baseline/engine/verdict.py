@@ -7,7 +7,8 @@ The one rule (issue 24: a README A/B check stayed green on a 1.74x slowdown beca
 first): an interval of the change that lies wholly beyond the tolerance in the bad direction is ``regressed``,
 whatever the spread of the rounds or pairs behind it; an interval clear of the tolerance's bad edge cannot be a
 regression and is what the rule's test says; only an interval across that edge, from samples spread over the
-limit, is ``not-judged``, and its message says how wide it is and what would decide it."""
+limit or with a best estimate past the edge that the test cannot confirm, is ``not-judged``, and its message says
+how wide it is and what would decide it."""
 
 from __future__ import annotations
 
@@ -118,16 +119,18 @@ def placement(gain_low: float, gain_high: float, bound_pct: float) -> Placement:
     return "clear" if gain_low >= -bound_pct else "across"
 
 
-def settle(tested: Status, where: Placement | None, too_wide: bool) -> Status:
+def settle(tested: Status, where: Placement | None, too_wide: bool, past_edge: bool = False) -> Status:
     """The one rule every check ends in. ``tested``: what the check's own test said; ``where``: its interval
     against the tolerance (None: it has none, e.g. one sample a side); ``too_wide``: its samples spread over the
-    limit. Beyond: ``regressed`` whatever the spread; clear: the test's word; across (or no interval): too wide
-    is ``not-judged``, else the test's word."""
+    limit; ``past_edge``: its point estimate is beyond the tolerance in the bad direction. Beyond: ``regressed``
+    whatever the spread; clear: the test's word; across (or no interval): the test's ``regressed`` stands, and
+    otherwise a spread over the limit, or a best estimate past the edge that the test could not confirm, is
+    ``not-judged`` (never "passed": a 0.56x whose interval reaches 1.06x is not a pass)."""
     if where == "beyond":
         return "regressed"
-    if where == "clear" or not too_wide:
+    if where == "clear" or tested == "regressed":
         return tested
-    return "not-judged"
+    return "not-judged" if too_wide or (past_edge and where is not None) else tested
 
 
 def over_limit(cv: float | None, limit: float | None) -> bool:
