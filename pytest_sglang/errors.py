@@ -267,3 +267,9 @@ class RemoteStartupError(_NamesRemoteLog, ServerStartupError):
 
 class RemoteDiedError(_NamesRemoteLog, ServerDiedError):
     """A server on an ssh host died, or its connection was lost, during the session."""
+
+
+class HistoryError(PluginError):
+    """The run history (--sglang-history) cannot be used: it cannot be opened, is locked past the timeout, is
+    not a history store, is read-only, or is of a newer format. The message says which and what to do; the
+    file is left as it is."""

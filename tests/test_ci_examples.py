@@ -198,3 +198,42 @@ def test_run_gpu_ci_dry_run_verdicts(tmp_path: Path, mark: str) -> None:
     code, out = _run(project, "baseline", *ignore, SGLANG_CI_MAX_CV="15%", SGLANG_CI_CONFIDENCE="lots")
     assert code == 1 and "--sglang-max-cv=15% --sglang-confidence=lots" in out, out
     assert "ERROR: pytest failed (baseline): pytest exited 4: usage error" in out, out
+
+
+def _step(workflow: str, uses: str) -> str:
+    """The text of the workflow step that uses ``uses`` (up to the next step)."""
+    start = workflow.index(f"uses: {uses}")
+    start = workflow.rindex("      - name:", 0, start)
+    end = workflow.find("\n      - ", start + 1)
+    return workflow[start:end if end != -1 else len(workflow)]
+
+
+def test_workflow_keeps_the_history_across_runs() -> None:
+    """actions/cache as an always-updated store: each run restores the newest entry of its profile (restore-keys,
+    the key's prefix) and saves under a key of its own run, the file pytest appends to; pull requests never save."""
+    workflow = WORKFLOW.read_text()
+    history = re.search(r"HISTORY_FILE: (\S+)", workflow)
+    assert history and '"--sglang-history=$HISTORY_FILE"' in workflow
+    restore, save = _step(workflow, "actions/cache/restore@v4"), _step(workflow, "actions/cache/save@v4")
+    assert workflow.index(restore) < workflow.index("id: tests") < workflow.index(save)
+    keys = [re.search(r"^\s+key: (.+)$", step, re.MULTILINE) for step in (restore, save)]
+    assert keys[0] and keys[1] and keys[0].group(1) == keys[1].group(1)
+    key = keys[0].group(1)
+    assert "${{ github.run_id }}" in key and "${{ steps.where.outputs.name }}" in key  # one entry per run and profile
+    prefix = re.search(r"^\s+restore-keys: (.+)$", restore, re.MULTILINE)
+    assert prefix and key.startswith(prefix.group(1)) and "run_id" not in prefix.group(1)
+    for step in (restore, save):
+        assert "path: ${{ env.HISTORY_FILE }}" in step
+    assert "always()" in save and "github.event_name != 'pull_request'" in save
+
+
+def test_run_gpu_ci_appends_to_the_history_it_is_given(tmp_path: Path, mark: str) -> None:
+    """SGLANG_CI_HISTORY reaches pytest: two runs of the script append two runs to the one file."""
+    project = _project(tmp_path, mark)
+    history = tmp_path / "kept" / "history.sqlite"
+    args = ["baseline", "--", "--ignore=test_genuine.py", "-p", "no:cacheprovider", "-k", "test_decode_throughput"]
+    for run_id in (1, 2):
+        code, out = _run(project, *args, SGLANG_CI_HISTORY=str(history))
+        report = json.loads((project / "out" / "baseline" / "report.json").read_text())
+        assert report["history"]["path"] == str(history) and report["history"]["run_id"] == run_id, out
+        assert f"history {history}: run {run_id} appended" in out, out

@@ -27,6 +27,8 @@
 #                                    in the rootdir)
 #   SGLANG_CI_MAX_CV, SGLANG_CI_CONFIDENCE   this runner's noise: --sglang-max-cv / --sglang-confidence, the
 #                                    gate's defaults for checks that set none (docs/gpu.md measures them)
+#   SGLANG_CI_HISTORY                the run history file (--sglang-history): keep it across runs with your CI's
+#                                    cache (GitLab `cache: paths:`, Buildkite's cache plugin) or on the runner
 #   PYTHON                           the interpreter with pytest-sglang installed (default: python3)
 set -uo pipefail
 
@@ -44,7 +46,7 @@ while [ $# -gt 0 ]; do
     --artifacts) artifacts=${2:?--artifacts needs a folder}; shift ;;
     --artifacts=*) artifacts=${1#*=} ;;
     --) shift; pytest_args=("$@"); break ;;
-    -h|--help) sed -n '2,30p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,32p' "$0"; exit 0 ;;
     -*) echo "run-gpu-ci.sh: unknown option $1 (pytest options go after --)" >&2; exit 2 ;;
     *) profiles+=("$1") ;;
   esac
@@ -60,6 +62,7 @@ extra=()
 [ -n "${SGLANG_CI_BASELINE:-}" ] && extra+=("--sglang-baseline=$SGLANG_CI_BASELINE")
 [ -n "${SGLANG_CI_MAX_CV:-}" ] && extra+=("--sglang-max-cv=$SGLANG_CI_MAX_CV")
 [ -n "${SGLANG_CI_CONFIDENCE:-}" ] && extra+=("--sglang-confidence=$SGLANG_CI_CONFIDENCE")
+[ -n "${SGLANG_CI_HISTORY:-}" ] && extra+=("--sglang-history=$SGLANG_CI_HISTORY")
 
 mkdir -p "$artifacts"
 dirs=()

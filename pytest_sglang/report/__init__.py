@@ -5,7 +5,8 @@ comparisons) when the plugin asks for the report at the end. The JSON schema is 
 
     build.py       the JSON report, written atomically;  junit.py  its figures as junitxml properties
     tables.py      the terminal summary, the step-summary markdown, the gate lines
-    html.py        the HTML page;  timeseries.py  a benchmark's telemetry as SVG panels over time
+    html.py        the HTML page: the gate in colour first, tests, A/B runs, benchmarks, servers and their logs
+    abchart.py     an A/B run's paired ratios (or bracketed rounds) as SVG;  timeseries.py  telemetry over time
 
 Every benchmark carries a ``gate`` (baseline/checks.py ``gate_of``): ``passed``, ``regressed``, ``not-judged``
 (failed requests, a client-bound run, too noisy to judge, no baseline; with ``gate_reason``), ``recorded``, or

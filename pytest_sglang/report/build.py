@@ -16,7 +16,7 @@ from pytest_sglang.session import SessionLedger
 SCHEMA = "pytest-sglang-report"
 SCHEMA_VERSION = 1
 _CHECK_DETAIL = ("rounds", "baseline_rounds", "method", "p_value", "ci_pct", "cv_pct", "baseline_cv_pct", "reason",
-                 "sessions")
+                 "sessions", "detectable_pct", "history")
 
 
 def _baseline_view(comps: Iterable[Comparison]) -> dict[str, Any]:
@@ -109,16 +109,22 @@ def build_report(ledger: SessionLedger, *, machine: Machine | None = None, commi
             if b.profile != name:
                 continue
             gate, reason = gate_of(b.result, b.comparisons)
+            died = record.died if record is not None and b.result.failed else None
+            if died:  # its failed requests are the death, not a measurement: no figure of it is shown
+                reason = f"the server died during this benchmark: {died}"
             benches.append({
                 "test_id": b.test_id,
                 "nodeid": b.nodeid,
                 "outcome": b.outcome,
+                "machine_key": b.machine_key,
                 "gate": gate,
                 "gate_reason": reason,
+                "server_died": died,
                 "result": b.result.to_dict(),
                 "telemetry": b.result.telemetry,
                 "baseline": _baseline_view(b.comparisons),
-                "notes": [n for c in b.comparisons for n in c.notes],
+                "notes": ([b.result.cache_note] if b.result.cache_note else []) + [n for c in b.comparisons
+                                                                                   for n in c.notes],
                 "warnings": [w for c in b.comparisons for w in c.warnings],
             })
         server_gate, server_reason = _profile_gate(record, server_checks)

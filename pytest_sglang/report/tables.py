@@ -66,13 +66,18 @@ def _rows(report: dict[str, Any]) -> list[list[str]]:
             if bench is None:
                 rows.append([name, startup, "", "-", "-", "-", "-", "", _GATE_WORD.get(prof.get("gate") or "", "-")])
                 continue
-            r = bench["result"]
-            rows.append([
-                name, startup, _test_label(bench), _throughput(r), _fmt(r["median_ttft_ms"]),
-                _fmt(r["median_itl_ms"], 2), _fmt(r["accept_length"], 2), _delta(bench),
-                _GATE_WORD.get(bench.get("gate") or "", "-"),
-            ])
+            rows.append([name, startup, *bench_cells(bench)])
     return rows
+
+
+def bench_cells(bench: dict[str, Any]) -> list[str]:
+    """A benchmark's cells from ``test`` on (HEADERS[2:]); a benchmark its server died in shows no figures."""
+    r = bench["result"]
+    if bench.get("server_died"):
+        failed = f" ({r['failed']} requests failed)" if r.get("failed") else ""
+        return [_test_label(bench), f"server died{failed}", "-", "-", "-", "-", "server died"]
+    return [_test_label(bench), _throughput(r), _fmt(r["median_ttft_ms"]), _fmt(r["median_itl_ms"], 2),
+            _fmt(r["accept_length"], 2), _delta(bench), _GATE_WORD.get(bench.get("gate") or "", "-")]
 
 
 HEADERS = ["profile", "startup s", "test", "out tok/s", "TTFT ms (p50)", "ITL ms (p50)", "accept len",
@@ -101,6 +106,21 @@ def _telemetry_lines(report: dict[str, Any]) -> list[str]:
             text = telemetry_text(bench["result"])
             if text:
                 out.append(f"{name} {_test_label(bench)}: {text}")
+    return out
+
+
+def _cache_lines(report: dict[str, Any]) -> list[str]:
+    """Per benchmark whose server said: ``p test_x: cache='fresh', the server's hit rate per round 0% 0% 0%``
+    (its prefix-cache hits over the prompt tokens, bench/cache.py)."""
+    out = []
+    for name, prof in report["profiles"].items():
+        for bench in prof["benchmarks"]:
+            r = bench["result"]
+            rates = [x.get("server_cache_hit_rate") for x in r.get("rounds") or [r]]
+            if any(x is not None for x in rates):
+                shown = " ".join("-" if x is None else f"{x:.0%}" for x in rates)
+                out.append(f"{name} {_test_label(bench)}: cache={r.get('cache')!r}, the server's hit rate per "
+                           f"round {shown}")
     return out
 
 
@@ -137,10 +157,41 @@ def ab_lines(report: dict[str, Any]) -> list[str]:
     return out
 
 
+def step_line(step: dict[str, Any]) -> str:
+    """``output_throughput stepped down 4.1 % at run 37 (commit abc1234, p=0.003) [base / t.py::test_x]:
+    regressed``: one step of the run history (history/steps.py Step.to_dict)."""
+    way = "up" if step["after"] > step["before"] else "down"
+    commit = f"commit {step['commit']}" if step.get("commit") else "no commit"
+    return (f"{step['metric']} stepped {way} {abs(step['change_pct']):.1f} % at run {step['index']} ({commit}, "
+            f"p={step['p_value']:.3g}) [{step['profile']} / {step['test']}]: {step['status']}")
+
+
+def history_lines(report: dict[str, Any]) -> list[str]:
+    """What the run history says: where this run went, how many runs each benchmark's series has, each step
+    found in them, and the benchmarks left out; nothing without --sglang-history."""
+    hist = report.get("history")
+    if not hist:
+        return []
+    if hist.get("error"):
+        return [f"history {hist['path']}: this run was not appended: {hist['error']}"]
+    runs: dict[str, int] = {}  # "profile / test" -> the most runs of its series
+    for series in hist.get("series", []):
+        key = f"{series['profile']} / {series['test']}"
+        runs[key] = max(runs.get(key, 0), series["runs"])
+    commit = f" (commit {hist['commit']})" if hist.get("commit") else ""
+    steps = hist.get("steps", [])
+    counts = "; ".join(f"{key}: {n} run{'s' if n != 1 else ''}" for key, n in runs.items()) or "no series"
+    out = [f"history {hist['path']}: run {hist['run_id']} appended{commit}; {counts}; "
+           f"{len(steps)} step{'s' if len(steps) != 1 else ''} found"]
+    out += [f"history: {step_line(step)}" for step in steps]
+    out += [f"history: left out {s['profile']} / {s['test']}: {s['reason']}" for s in hist.get("skipped", [])]
+    return out
+
+
 def terminal_lines(report: dict[str, Any]) -> list[str]:
     rows = _rows(report)
     if not rows:
-        return ab_lines(report) + gate_lines(report)
+        return ab_lines(report) + history_lines(report) + gate_lines(report)
     widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(HEADERS)]
     out = ["  ".join(h.ljust(w) for h, w in zip(HEADERS, widths, strict=True)),
            "  ".join("-" * w for w in widths)]
@@ -156,7 +207,8 @@ def terminal_lines(report: dict[str, Any]) -> list[str]:
             out.append(f"{name} sweep {sweep['test_id'].rsplit('::', 1)[-1]} over {sweep['param']}{knee}: {curve}")
         out += [f"note: {note}" for note in _notes(name, prof, report)]
     out += [f"telemetry: {line}" for line in _telemetry_lines(report)]
-    return out + ab_lines(report) + gate_lines(report)
+    out += [f"prefix cache: {line}" for line in _cache_lines(report)]
+    return out + ab_lines(report) + history_lines(report) + gate_lines(report)
 
 
 def _notes(name: str, prof: dict[str, Any], report: dict[str, Any]) -> list[str]:
@@ -195,9 +247,14 @@ def markdown(report: dict[str, Any]) -> str:
     if telemetry:
         lines += ["", "GPU and server telemetry (medians of the rounds):", ""]
         lines += [f"- {line}" for line in telemetry]
+    cached = _cache_lines(report)
+    if cached:
+        lines += ["", "Prefix cache (the server's hits over the prompt tokens):", ""]
+        lines += [f"- {line}" for line in cached]
     ab_shown = ab_lines(report)
     if ab_shown:
         lines += ["", *(f"- {line}" for line in ab_shown)]
+    lines += _history_markdown(report)
     gates = gate_lines(report)
     if gates:
         lines += ["", f"**{gates[0]}**", ""]
@@ -214,3 +271,21 @@ def append_step_summary(report: dict[str, Any], path: str | None = None) -> Path
     return Path(target)
 
 
+def _history_markdown(report: dict[str, Any]) -> list[str]:
+    """The run history for the step summary: where this run went, then a table of the steps found."""
+    shown = history_lines(report)
+    hist = report.get("history")
+    if not shown or not hist:
+        return []
+    lines = ["", "#### Run history", "", shown[0]]
+    steps = hist.get("steps", [])
+    if steps:
+        lines += ["", "| metric | profile / test | change | at run | commit | p | before → after | |",
+                  "|---|---|---|---|---|---|---|---|"]
+        for st in steps:
+            cells = [st["metric"], f"{st['profile']} / {st['test']}", f"{st['change_pct']:+.1f} %", str(st["index"]),
+                     st.get("commit") or "-", f"{st['p_value']:.3g}", f"{st['before']:.4g} → {st['after']:.4g}",
+                     "**regressed**" if st["status"] == "regressed" else st["status"]]
+            lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+    lines += [f"- {line.removeprefix('history: ')}" for line in shown[1 + len(steps):]]
+    return lines

@@ -106,7 +106,7 @@ def test_bracketing_runs_one_server_at_a_time_and_reports_the_drift(pytester: py
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*slow output_throughput 0.[4-7]?x main (95% CI *, 6 vs 3+3 rounds, p=*; main drifted "
                                  "*% from before to after; instance noise not yet known (0 of 5 A/A runs); "
-                                 "tolerance 20%) regressed*"])
+                                 "catches about *% at 80% power (6 rounds); tolerance 20%) regressed*"])
     launches = re.findall(r"\[sglang (\w+)\] launching", result.stdout.str())
     assert launches == ["main", "slow", "main"]
 
@@ -153,9 +153,9 @@ def test_pair(sglang_ab):
 def test_misuse_says_what_to_do(pytester: pytest.Pytester, mark: str, option: str) -> None:
     pytester.makefile(".toml", pyproject=profile_toml("main", mark, sim=FAST) + profile_toml("other", mark, sim=FAST))
     pytester.makepyfile(test_ab=MISUSED)
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--sglang-sim", "--sglang-profile=main,other"
-                                           if option.startswith("-n") else "--sglang-profile=main", option,
-                                           timeout=120)
+    # --sglang-url attaches to a running server: with --sglang-sim beside it the run would be a usage error
+    given = ["--sglang-sim", "--sglang-profile=main,other"] if option.startswith("-n") else ["--sglang-profile=main"]
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-rs", *given, option, timeout=120)
     out = result.stdout.str()
     assert "takes two different profile names and together=True|False, got args ('main',)" in out
     assert "got args ('main', 'main')" in out

@@ -45,7 +45,10 @@ def test_within_the_instance_noise_passes_what_the_paired_rule_calls_a_regressio
     assert calibrated.gate == "passed" and j.method == "instance-noise" and j.aa_runs == len(NOISE)  # type: ignore[attr-defined]
     cv = statistics.stdev(H200_AA) / statistics.fmean(H200_AA) * 100
     assert f"instance noise: CV {cv:.1f}% over 8 A/A runs, an unchanged pair " in j.message
-    assert j.message.endswith("past the tolerance; tolerance 5%)")
+    assert "past the tolerance; catches about " in j.message and "% at 80% power (8 A/A runs)" in j.message
+    assert " runs of history find a step of about " in j.message and j.message.endswith("; tolerance 5%)")
+    assert j.detectable_pct is not None and j.detectable_pct > 5.0  # the tolerance plus the noise's reach
+    assert j.history_detectable_pct is not None and 0 < j.history_detectable_pct < j.detectable_pct
 
 
 def test_beyond_the_instance_noise_and_the_tolerance_regresses() -> None:
@@ -59,7 +62,8 @@ def test_with_fewer_than_five_a_a_runs_the_paired_rule_stays_and_says_what_to_re
     outcome = check(0.85, NOISE[:AA_RUNS_NEEDED - 1], hint="record A/A runs: run X")
     (j,) = outcome.judgements  # type: ignore[attr-defined]
     assert outcome.gate == "regressed" and j.method == "signed-rank"  # type: ignore[attr-defined]
-    assert "instance noise not yet known (4 of 5 A/A runs); tolerance 5%)" in j.message
+    assert "instance noise not yet known (4 of 5 A/A runs); catches about 5% at 80% power (8 pairs); " \
+           "tolerance 5%)" in j.message
     assert outcome.failure_message().endswith("instance noise not yet known: record A/A runs: run X")  # type: ignore[attr-defined]
     assert outcome.to_dict()["noise_hint"] == "record A/A runs: run X"  # type: ignore[attr-defined]
 

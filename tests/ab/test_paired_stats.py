@@ -79,7 +79,12 @@ def test_within_tolerance_or_not_significant_passes() -> None:
     # beyond the tolerance in the median but half the pairs the other way: not significant
     mixed = [90.0, 110.0, 89.0, 108.0, 91.0, 92.0, 112.0, 90.0, 109.0, 88.0]
     noisy = judge_paired("output_throughput", a, mixed, Tolerance.parse("x", "5%"), max_cv_pct=None)
-    assert noisy.status == "ok" and noisy.p_value is not None and noisy.p_value > 0.05
+    # the best estimate is past the tolerance's edge and the interval reaches both sides: never a pass
+    assert noisy.status == "not-judged" and noisy.p_value is not None and noisy.p_value > 0.05
+    assert "not judged: the ratio 0.92x is past the tolerance's edge, but their 95% CI " in noisy.message
+    wide_but_within = [97.0, 103.0, 96.0, 104.0, 98.0, 102.0, 97.0, 103.0, 99.0, 101.0]
+    assert judge_paired("output_throughput", a, wide_but_within, Tolerance.parse("x", "5%"),
+                        max_cv_pct=None).status == "ok"
 
 
 def test_too_few_pairs_or_too_noisy_is_not_judged() -> None:
@@ -88,7 +93,8 @@ def test_too_few_pairs_or_too_noisy_is_not_judged() -> None:
     # one pair the other way in 6: one-sided p = 2/64 = 0.031, above the two-sided 2.5 % a tail: not significant
     one_off = judge_paired("output_throughput", [100.0] * 6, [80.0, 81, 82, 83, 84, 101], Tolerance.parse("x", "5%"),
                            max_cv_pct=None)
-    assert one_off.status == "ok" and one_off.p_value == pytest.approx(2 / 64)
+    assert one_off.status == "not-judged" and one_off.p_value == pytest.approx(2 / 64)
+    assert "is past the tolerance's edge, but their 95% CI" in one_off.message
     wild = [60.0, 140.0, 70.0, 130.0, 50.0, 150.0]
     noisy = judge_paired("output_throughput", [100.0] * 6, wild, Tolerance.parse("x", "5%"))
     assert noisy.status == "not-judged" and "too noisy to judge: the paired ratios spread CV" in noisy.message

@@ -111,7 +111,7 @@ def test_the_report_tells_regressions_from_what_could_not_be_judged(tmp_path: Pa
 
     gates = {b["test_id"]: (b["gate"], b["gate_reason"]) for b in report["profiles"]["p"]["benchmarks"]}
     assert gates["t.py::test_slow"][0] == "regressed"
-    assert gates["t.py::test_noisy"][0] == "not-judged" and "too noisy to judge: CV 27%" in gates[
+    assert gates["t.py::test_noisy"][0] == "not-judged" and "too noisy to judge: CV 27.4%" in gates[
         "t.py::test_noisy"][1]
     assert gates["t.py::test_same"] == ("passed", None)
     assert gates["t.py::test_broken"] == ("not-judged", "2 of 10 requests failed")

@@ -14,6 +14,7 @@ from pytest_sglang.baseline.engine.bracketed import judge_bracketed
 from pytest_sglang.baseline.engine.instance_noise import AA_RUNS_NEEDED, judge_instance_noise
 from pytest_sglang.baseline.engine.judgement import ABJudgement, noted
 from pytest_sglang.baseline.engine.paired import judge_paired
+from pytest_sglang.baseline.engine.power import catch_text
 from pytest_sglang.baseline.engine.verdict import DEFAULT_CONFIDENCE, DEFAULT_MAX_CV_PCT
 from pytest_sglang.errors import BaselineError
 
@@ -98,8 +99,11 @@ def compare_ab(first: str, second: str, samples: Mapping[str, tuple[Sequence[flo
                     clause = f"instance noise not yet known ({len(runs)} of {AA_RUNS_NEEDED} A/A runs)"
                     judged = replace(judged, message=noted(judged, clause), aa_runs=len(runs))
                     outcome.noise_hint = noise_hint or None
-                elif judged.status != "not-judged":
+                else:  # the recorded A/A runs decide, whatever the pairs' spread said (instance_noise.py)
                     judged = judge_instance_noise(judged, runs, statistics.median(samples[metric][0]))
+            if judged.method != "instance-noise" and judged.detectable_pct is not None:
+                sample = f"{judged.pairs} {'pairs' if not bracketed else 'rounds'}"
+                judged = replace(judged, message=noted(judged, catch_text(judged.detectable_pct, sample)))
             outcome.judgements.append(judged)
         except BaselineError as exc:
             outcome.errors.append(f"{metric}: {exc}")

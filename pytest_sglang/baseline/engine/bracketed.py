@@ -16,6 +16,8 @@ from pytest_sglang.baseline.engine.verdict import (
     Status,
     ab_bound_pct,
     change_pct,
+    gain_interval,
+    placement,
     positive_figures,
 )
 from pytest_sglang.baseline.stats import BOOTSTRAP_RESAMPLES
@@ -44,11 +46,13 @@ def judge_bracketed(metric: str, before: Sequence[float], second: Sequence[float
     def made(status: Status, reason: str | None = None) -> ABJudgement:
         text = f"{metric} {reason}: {message}" if reason else message
         return ABJudgement(metric, ratio, ci, j.p_value, len(cur), status, text, tolerance, d, j.method,
-                           confidence, drift_pct=drift, reason=reason)
+                           confidence, drift_pct=drift, reason=reason, detectable_pct=j.detectable_pct)
 
     if tolerance is None:
         return made("ok")
     bound = ab_bound_pct(metric, tolerance, statistics.median(ref))
+    if j.status == "regressed" and j.ci_pct and placement(*gain_interval(j.ci_pct, d), bound) == "beyond":
+        return made("regressed")  # the one rule: wholly past the tolerance, whatever the drift
     if abs(drift) > bound:
         return made("not-judged", f"not judged: the machine drifted {abs(drift):.1f}% during the comparison "
                                   f"({first_label} before vs after; tolerance {tolerance})")

@@ -9,6 +9,9 @@ the ratio regresses when even an unchanged pair of instances at the tolerance's 
 low with chance at most ``1 - confidence``: the one-sided prediction bound of the A/A ratios
 (stats.SessionSpread), shifted by the tolerance. With fewer the paired rule stays and the message says what to
 record.
+
+This rule, not the pairs' spread, decides once the A/A runs exist, whatever the paired test said (even "not
+judged"): the pairs' interval leaves out the instances' difference, the A/A runs measure it.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from pytest_sglang.baseline.engine.judgement import ABJudgement, noted, p_text
+from pytest_sglang.baseline.engine.power import catch_text, detectable_pct, history_se, log_sd
 from pytest_sglang.baseline.engine.verdict import ab_bound_pct, beyond_noise
 from pytest_sglang.baseline.stats import SessionSpread
 from pytest_sglang.errors import BaselineError
@@ -37,7 +41,19 @@ def judge_instance_noise(paired: ABJudgement, noise: Sequence[float], first_medi
                                              paired.confidence)
     low, high = spread.bounds(paired.confidence)
     p = p_worse if (paired.ratio < 1.0) == (paired.direction == "higher") else p_better
+    alpha = 1.0 - paired.confidence
+    detectable = detectable_pct(spread.scale, bound * 100.0, paired.direction, alpha=alpha)
+    history = detectable_pct(history_se(log_sd([math.exp(v) for v in noise])), 0.0, paired.direction, alpha=alpha)
+    catch = catch_text(detectable, f"{spread.n} A/A runs", history)
     clause = (f"instance noise: CV {spread.cv_pct:.1f}% over {spread.n} A/A runs, an unchanged pair "
-              f"{low:.2f}-{high:.2f}x, {p_text(p)} past the tolerance")
-    return replace(paired, status=status, p_value=p, method="instance-noise", message=noted(paired, clause),
-                   aa_runs=spread.n, instance_noise_cv_pct=spread.cv_pct)
+              f"{low:.2f}-{high:.2f}x, {p_text(p)} past the tolerance; {catch}")
+    message = noted(replace(paired, message=_without_reason(paired)), clause)
+    return replace(paired, status=status, p_value=p, method="instance-noise", message=message, reason=None,
+                   aa_runs=spread.n, instance_noise_cv_pct=spread.cv_pct, detectable_pct=detectable,
+                   history_detectable_pct=history)
+
+
+def _without_reason(paired: ABJudgement) -> str:
+    """The paired message without its "not judged: ..." head: the instance noise decides instead."""
+    head = f"{paired.metric} {paired.reason}: "
+    return paired.message[len(head):] if paired.reason and paired.message.startswith(head) else paired.message

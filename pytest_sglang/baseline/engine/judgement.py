@@ -33,6 +33,8 @@ class Judgement:
     reference_cv_pct: float | None = None
     allowed: float | None = None  # the tolerance in the metric's unit (None: could not be computed)
     reason: str | None = None  # why not judged, or why the tolerance alone decided
+    detectable_pct: float | None = None  # the smallest change in the bad direction caught at 80 % (power.py)
+    history_detectable_pct: float | None = None  # the step a history of HISTORY_RUNS such runs finds
 
     @property
     def failed(self) -> bool:
@@ -65,6 +67,8 @@ class ABJudgement:
     reason: str | None = None  # why not judged
     aa_runs: int = 0  # recorded A/A runs of this workload and machine (their noise judges at AA_RUNS_NEEDED)
     instance_noise_cv_pct: float | None = None  # CV of those A/A runs' ratios, where they judged
+    detectable_pct: float | None = None  # the smallest change in the bad direction caught at 80 % (power.py)
+    history_detectable_pct: float | None = None  # the step a history of HISTORY_RUNS such runs finds
 
     def to_dict(self) -> dict[str, Any]:
         return {"metric": self.metric, "ratio": None if math.isnan(self.ratio) else self.ratio,
@@ -73,7 +77,8 @@ class ABJudgement:
                 "tolerance": str(self.tolerance) if self.tolerance else None, "direction": self.direction,
                 "confidence": self.confidence, "spread_cv_pct": self.spread_cv_pct, "drift_pct": self.drift_pct,
                 "message": self.message, "reason": self.reason, "aa_runs": self.aa_runs,
-                "instance_noise_cv_pct": self.instance_noise_cv_pct}
+                "instance_noise_cv_pct": self.instance_noise_cv_pct, "detectable_pct": self.detectable_pct,
+                "history_detectable_pct": self.history_detectable_pct}
 
 
 def ab_message(metric: str, second: str, first: str, ratio: float, ci: tuple[float, float] | None,

@@ -1,6 +1,14 @@
 """What every rule of the engine shares: the statuses, the defaults, the change of a figure, the samples of a
-side, and the two ways a change makes a status (beyond the tolerance and significant; beyond the tolerance's
-edge of a known noise), so that every rule decides "regressed" alike."""
+side, the two ways a change makes a status (beyond the tolerance and significant; beyond the tolerance's
+edge of a known noise), and :func:`settle`, the one rule every check ends in, so that every rule decides
+"regressed" alike.
+
+The one rule (issue 24: a README A/B check stayed green on a 1.74x slowdown because a spread limit answered
+first): an interval of the change that lies wholly beyond the tolerance in the bad direction is ``regressed``,
+whatever the spread of the rounds or pairs behind it; an interval clear of the tolerance's bad edge cannot be a
+regression and is what the rule's test says; only an interval across that edge, from samples spread over the
+limit or with a best estimate past the edge that the test cannot confirm, is ``not-judged``, and its message says
+how wide it is and what would decide it."""
 
 from __future__ import annotations
 
@@ -14,7 +22,8 @@ from pytest_sglang.baseline.stats import Alternative, SessionSpread
 from pytest_sglang.errors import BaselineError
 
 Status = Literal["ok", "regressed", "improved", "not-judged"]
-Method = Literal["tolerance", "mann-whitney", "sessions", "signed-rank", "instance-noise"]
+Placement = Literal["beyond", "clear", "across"]  # an interval against the tolerance's bad edge
+Method = Literal["tolerance", "mann-whitney", "sessions", "signed-rank", "instance-noise", "history"]
 
 DEFAULT_CONFIDENCE = 0.95
 DEFAULT_MAX_CV_PCT = 10.0  # rounds spread more than this (CV): too noisy to judge
@@ -93,3 +102,36 @@ def beyond_noise(spread: SessionSpread, value: float, low_edge: float, high_edge
     alpha = 1.0 - confidence
     status: Status = "regressed" if p_worse <= alpha else "improved" if p_better <= alpha else "ok"
     return status, p_worse, p_better
+
+
+def gain_interval(interval: tuple[float, float], d: Direction) -> tuple[float, float]:
+    """An interval of a figure's change in % (or of a ratio less 1, in %) as gains in %: positive is better."""
+    low, high = interval
+    return (low, high) if d == "higher" else (-high, -low)
+
+
+def placement(gain_low: float, gain_high: float, bound_pct: float) -> Placement:
+    """Where an interval of the gain (in %, positive better) lies against the tolerance's bad edge
+    ``-bound_pct``: wholly ``beyond`` it (a certain regression), ``clear`` of it (it cannot be one), or
+    ``across`` it."""
+    if gain_high < -bound_pct:
+        return "beyond"
+    return "clear" if gain_low >= -bound_pct else "across"
+
+
+def settle(tested: Status, where: Placement | None, too_wide: bool, past_edge: bool = False) -> Status:
+    """The one rule every check ends in. ``tested``: what the check's own test said; ``where``: its interval
+    against the tolerance (None: it has none, e.g. one sample a side); ``too_wide``: its samples spread over the
+    limit; ``past_edge``: its point estimate is beyond the tolerance in the bad direction. Beyond: ``regressed``
+    whatever the spread; clear: the test's word; across (or no interval): the test's ``regressed`` stands, and
+    otherwise a spread over the limit, or a best estimate past the edge that the test could not confirm, is
+    ``not-judged`` (never "passed": a 0.56x whose interval reaches 1.06x is not a pass)."""
+    if where == "beyond":
+        return "regressed"
+    if where == "clear" or tested == "regressed":
+        return tested
+    return "not-judged" if too_wide or (past_edge and where is not None) else tested
+
+
+def over_limit(cv: float | None, limit: float | None) -> bool:
+    return cv is not None and limit is not None and cv > limit
