@@ -162,3 +162,12 @@ def test_stopping_hopeless_shuffles_early_leaves_accepted_p_values_as_the_full_t
     full = find_change_points(values, significance=0.99)  # every shuffle runs for every candidate
     assert strict, "an 8 % step on 4 % noise"
     assert set(strict) <= set(full)  # the same splits, at the same p-values
+
+
+def test_a_strict_significance_gets_enough_shuffles_unless_told_otherwise() -> None:
+    values = stepped(35, 20, -0.20, seed=14, cv=0.02)
+    found = find_change_points(values, significance=0.001)  # a check at confidence 99.9 %
+    assert [c.index for c in found] == [20]
+    assert found[0].p_value <= 0.001
+    with pytest.raises(SeriesError, match="use at least 999"):
+        find_change_points(values, significance=0.001, permutations=PERMUTATIONS)
