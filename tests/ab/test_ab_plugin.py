@@ -173,7 +173,9 @@ def test_misuse_says_what_to_do(pytester: pytest.Pytester, mark: str, option: st
 
 
 def test_the_pairs_startup_is_not_charged_to_the_tests_timeout(pytester: pytest.Pytester, mark: str) -> None:
-    slow_start = "startup_seconds = 2.5, decode_tok_s = 400, ttft_ms = 5"
+    # margins the test sets: the two startups (5 s each) add up past the 8-s timeout, which leaves the rounds
+    # (well under a second unloaded) 8 s on a loaded runner
+    slow_start = "startup_seconds = 5, decode_tok_s = 400, ttft_ms = 5"
     pytester.makefile(".toml", pyproject=profile_toml("main", mark, sim=slow_start) +
                       profile_toml("same", mark, sim=slow_start))
     pytester.makepyfile(test_ab=f'''
@@ -183,6 +185,6 @@ import pytest
 def test_pair(sglang_ab):
     sglang_ab({WORKLOAD}, rounds=2)
 ''')
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--sglang-sim", "--timeout=4",
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--sglang-sim", "--timeout=8",
                                            "--sglang-profile=main,same", timeout=120)
-    result.assert_outcomes(passed=1)  # two startups of 2.5 s each, then rounds well inside the 4 s
+    result.assert_outcomes(passed=1)
