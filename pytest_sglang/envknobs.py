@@ -18,6 +18,8 @@ HEARTBEAT_TIMEOUT_ENV = "PYTEST_SGLANG_SSH_HEARTBEAT_TIMEOUT"  # seconds of sile
 GPU_QUERY_ENV = "PYTEST_SGLANG_GPU_QUERY"
 MACHINE_ENV = "PYTEST_SGLANG_MACHINE"  # overrides the detected machine name (e.g. a CI runner label)
 STATE_DIR_ENV = "PYTEST_SGLANG_STATE_DIR"
+COMMIT_ENV = "PYTEST_SGLANG_COMMIT"  # names the run's commit (over GITHUB_SHA and git rev-parse HEAD)
+HISTORY_TIMEOUT_ENV = "PYTEST_SGLANG_HISTORY_TIMEOUT"  # seconds a history write waits for another writer's lock
 GPU_QUERIES = ("nvml", "nvidia-smi", "off")
 
 
@@ -30,6 +32,8 @@ class EnvKnobs:
     gpu_query: str | None = None  # one of GPU_QUERIES
     machine: str | None = None
     state_dir: Path | None = None
+    commit: str | None = None
+    history_timeout: float | None = None
 
 
 def _seconds(raw: str) -> float:
@@ -51,6 +55,8 @@ _KNOBS: tuple[tuple[str, str, Callable[[str], object], str], ...] = (
     ("gpu_query", GPU_QUERY_ENV, _gpu_query, "one of " + ", ".join(GPU_QUERIES)),
     ("machine", MACHINE_ENV, str, "a machine name, e.g. ci-8xh200"),
     ("state_dir", STATE_DIR_ENV, Path, "a folder path"),
+    ("commit", COMMIT_ENV, str, "a commit name, e.g. abc1234"),
+    ("history_timeout", HISTORY_TIMEOUT_ENV, _seconds, "a number of seconds above 0, e.g. 60"),
 )
 
 

@@ -106,6 +106,10 @@ class BaselineError(PluginError):
     """The baseline file cannot be read or written, or a check was asked for wrongly."""
 
 
+class SeriesError(PluginError, ValueError):
+    """A series handed to the change-point search, or its settings, cannot be searched: what was wrong."""
+
+
 class ResultNotFoundError(PluginError, KeyError):
     """No benchmark result was recorded for that profile and test in this session."""
 
@@ -263,3 +267,9 @@ class RemoteStartupError(_NamesRemoteLog, ServerStartupError):
 
 class RemoteDiedError(_NamesRemoteLog, ServerDiedError):
     """A server on an ssh host died, or its connection was lost, during the session."""
+
+
+class HistoryError(PluginError):
+    """The run history (--sglang-history) cannot be used: it cannot be opened, is locked past the timeout, is
+    not a history store, is read-only, or is of a newer format. The message says which and what to do; the
+    file is left as it is."""

@@ -27,6 +27,7 @@ class BenchEntry:
     result: BenchResult
     comparisons: list[Comparison] = field(default_factory=list)
     outcome: str | None = None  # "passed", "failed", ... once the test has finished
+    machine_key: str | None = None  # where it ran, as the baseline check keys it (the history's machine)
 
 
 @dataclass
@@ -34,6 +35,8 @@ class ABEntry:
     nodeid: str
     result: ABResult
     outcome: str | None = None
+    machine_keys: dict[str, str] = field(default_factory=dict)  # profile -> where its rounds ran (the history's)
+    workload: str | None = None  # the A/B's workload key (baseline/store.workload_key), the history's too
 
 
 class SessionLedger:
@@ -54,13 +57,15 @@ class SessionLedger:
     def add_startup(self, record: StartupRecord) -> None:
         self.startups[record.profile] = record
 
-    def add_bench(self, profile: str, test_id: str, nodeid: str, result: BenchResult) -> BenchEntry:
-        entry = BenchEntry(profile, test_id, nodeid, result)
+    def add_bench(self, profile: str, test_id: str, nodeid: str, result: BenchResult,
+                  machine_key: str | None = None) -> BenchEntry:
+        entry = BenchEntry(profile, test_id, nodeid, result, machine_key=machine_key)
         self.benches.append(entry)
         return entry
 
-    def add_ab(self, nodeid: str, result: ABResult) -> ABEntry:
-        entry = ABEntry(nodeid, result)
+    def add_ab(self, nodeid: str, result: ABResult, *, machine_keys: dict[str, str] | None = None,
+               workload: str | None = None) -> ABEntry:
+        entry = ABEntry(nodeid, result, machine_keys=dict(machine_keys or {}), workload=workload)
         self.ab.append(entry)
         return entry
 

@@ -110,5 +110,5 @@ def test_ini_gate_defaults_are_checked_like_the_options(pytester: pytest.Pyteste
     _project(pytester, ini='sglang_max_cv = "lots"', tests=PLAIN_TEST)
     result = _run(pytester)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*--sglang-max-cv / --sglang-confidence: *lots*"])
+    result.stderr.fnmatch_lines(["*ini option sglang_max_cv: *lots*"])
     assert _run(pytester, "--sglang-max-cv=20%").ret == 0, "the command line wins over the ini file"

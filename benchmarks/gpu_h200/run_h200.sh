@@ -51,6 +51,16 @@
 #    is written to $OUT/ceiling.json as it finishes, so the limit (CEIL_LIMIT) cuts only the rows not yet run
 #    (the last, c=1024 long, needs ~3 min alone: CEIL_LEVELS=1024 CEIL_LENS=1024 runs it in a call of its own).
 #    vllm's row needs the carried .whl-vllm (client_ceiling, above).
+# GB: issue 24's GPU-bound regime: make_big_model.py's random 3.0B Llama, two servers alive on the GPU
+#    (profiles-gpu.toml: --disable-radix-cache, --disable-prefill-cuda-graph), prefill-heavy rounds (32 requests
+#    of 2048 tokens in, 64 out, concurrency 32; test_gpu_bound.py): a session of GB_AA_JOBS A/A jobs recorded
+#    with --sglang-update-baseline, then, on the same two servers (--sglang-reuse), a session of slowdown jobs:
+#    the twin's forward passes made GB_SIZES per cent longer on the GPU (pypath/sglprobe_slowdown.py) and judged
+#    with the README's default check against the recorded A/A runs; GB_END (s after the start) ends the last
+#    session, GB_SLOW_S of it left to the slowdowns; $OUT/figures.jsonl gets every job's rounds.
+# AB3: issue 24's recipe on the 160M model: 5 A/A jobs recorded (--sglang-update-baseline), then candidates
+#    --max-running-requests 8 and 12 at concurrency 16, each with the README's default check (test_ab_recipe.py,
+#    profiles-ab.toml); one session, 4 server startups; AB3_END (s after the start) ends it.
 # Everything goes to $OUT: terminal.txt, results.json, the reports, baselines.json, bundle.tar.gz (logs, HTML).
 set -u
 STAGE=${1:-A}
@@ -71,8 +81,9 @@ stamp() { echo "=== $* ($(( SECONDS - T0 )) s)"; }
 
 setup() {
   stamp "install wheels"
-  "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
-    .whl-sglang/w/*.whl || { echo "wheel install failed"; return 1; }
+  if [ -f /tmp/site/sglang/__init__.py ]; then echo "already installed (a warm machine)"
+  else "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+    .whl-sglang/w/*.whl || { echo "wheel install failed"; return 1; }; fi
   export PYTHONPATH=$here/pypath:/tmp/site:$repo
   stamp "machine"
   nvidia-smi; nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv
@@ -95,6 +106,7 @@ for n in ("sglang", "triton", "transformers", "tokenizers", "pytest", "nvidia-ml
 print(json.dumps(info, indent=1))
 open(sys.argv[1], "w").write(json.dumps(info, indent=1))
 PYEOF
+  [ "${SMALL_MODEL:-1}" = 0 ] && return 0  # GB makes its own model
   stamp "make model"
   { [ -f "$W/llama-random/config.json" ] && { [ -z "${DRAFT:-}" ] || [ -f "$DRAFT/config.json" ]; }; } ||
     "$PY" benchmarks/gpu_h200/make_model.py "$W/llama-random" ${DRAFT:+"$DRAFT"} 2>&1 | tail -3
@@ -343,15 +355,47 @@ stage_ceil() {  # CEIL: the client ceiling at one total pace, short and long row
   pgrep -af "pytest_sglang.sim" | grep -v pgrep || echo "no simulator left"
 }
 
+stage_gb() {  # GB: the GPU-bound regime (3B model, prefill-heavy, uncached): A/A noise, controlled slowdowns
+  SMALL_MODEL=0 setup || return 1
+  stamp "make the 3B model"
+  [ -f "$W/llama-3b/config.json" ] || "$PY" benchmarks/gpu_h200/make_big_model.py "$W/llama-3b" 2>&1 | tail -2
+  du -sh "$W/llama-3b"
+  rm -rf "$W/slowdown" "$W/out/baselines-gb.json"
+  mkdir -p "$W/slowdown"
+  local end=$(( $(date +%s) - (SECONDS - T0) + ${GB_END:-535} ))  # the last session's end, in epoch seconds
+  local gb=(--sglang-profile="${GB_PAIR:-g-main,g-twin}" --sglang-baseline="$W/out/baselines-gb.json" --sglang-reuse)
+  export FIGURES=$OUT/figures.jsonl
+  # the A/A jobs leave the slowdown session ${GB_SLOW_S:-75} s; each session's own limit is what is left
+  GB_DEADLINE=$(( end - ${GB_SLOW_S:-75} )) run_pytest gb-aa $(( end - ${GB_SLOW_S:-75} + 60 - $(date +%s) )) \
+    test_gpu_bound.py profiles-gpu.toml "${gb[@]}" -k test_aa --sglang-update-baseline
+  cp "$W/out/baselines-gb.json" "$W/out/baselines-gb-aa.json" 2>/dev/null
+  GB_DEADLINE=$end run_pytest gb-slow $(( end + 20 - $(date +%s) )) test_gpu_bound.py profiles-gpu.toml "${gb[@]}" \
+    -k test_slowdown
+  stamp "stop the kept servers"
+  timeout -k 5 60 "$PY" -m pytest benchmarks/gpu_h200/test_gpu_bound.py -p pytest_sglang.plugin \
+    --sglang-config=benchmarks/gpu_h200/profiles-gpu.toml --sglang-stop -p no:cacheprovider
+  nvidia-smi --query-compute-apps=pid,used_memory --format=csv
+  cp "$W/out/baselines-gb.json" "$OUT/" 2>/dev/null
+}
+
+stage_ab3() {  # AB3: issue 24's recipe on the 160M model under the one gate rule (test_ab_recipe.py)
+  setup || return 1
+  rm -f "$W/out/baselines-ab3.json"
+  FIGURES=$OUT/figures.jsonl run_pytest ab3 $(( ${AB3_END:-575} - (SECONDS - T0) )) test_ab_recipe.py profiles-ab.toml \
+    --sglang-profile=ab-main,ab-same,ab-mrr8,ab-mrr12 --sglang-update-baseline \
+    --sglang-baseline="$W/out/baselines-ab3.json"
+  cp "$W/out/baselines-ab3.json" "$OUT/" 2>/dev/null
+}
+
 { case "$STAGE" in A) stage_a ;; B) stage_b ;; C) stage_c ;; E) stage_e ;; T) stage_t ;; F) stage_f ;;
-    G) stage_g ;; AB) stage_ab ;; AB2) stage_ab2 ;; TEL) stage_tel ;; CEIL) stage_ceil ;;
-    *) echo "unknown stage $STAGE: A, AB, AB2, B, C, CEIL, E, F, G, T or TEL" ;; esac
+    G) stage_g ;; AB) stage_ab ;; AB2) stage_ab2 ;; TEL) stage_tel ;; CEIL) stage_ceil ;; GB) stage_gb ;;
+    AB3) stage_ab3 ;; *) echo "unknown stage $STAGE: A, AB, AB2, AB3, B, C, CEIL, E, F, G, GB, T or TEL" ;; esac
   stamp "summarize"
   "$PY" benchmarks/gpu_h200/summarize.py "$W/out" "$W/out/results.json"
   stamp "done"; } 2>&1 | tee "$OUT/terminal.txt"
 for f in results.json report-record.json report-check.json report-rerun.json report-eagle3.json \
   report-tf-record.json report-tf-fault.json report-ci-check-nograph.json report-tel.json report-tel.html report-ab.json \
-  report-ab2.json; do  # machine.json, release.jsonl: in the bundle (8 files come back)
+  report-ab2.json report-gb-slow.json report-ab3.json; do  # machine.json, release.jsonl: in the bundle (8 files come back)
   cp "$W/out/$f" "$OUT/" 2>/dev/null; done
 cp "$W/out/report-check.html" "$W/out/calibrate.md" "$OUT/" 2>/dev/null
 # logs trimmed: the first 400 and last 200 lines of each server log

@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime
 from typing import Any, Literal, Protocol
 
 from pytest_sglang.baseline.directions import Direction, Tolerance, direction, fmt_value
@@ -27,11 +28,13 @@ from pytest_sglang.baseline.engine import (
     DEFAULT_CONFIDENCE,
     DEFAULT_MAX_CV_PCT,
     SESSIONS_NEEDED,
+    Judgement,
     judge,
     judge_sessions,
     metric_samples,
     metric_value,
 )
+from pytest_sglang.baseline.engine.series import PastRun, judge_series
 from pytest_sglang.baseline.machine import Machine, detect_machine
 from pytest_sglang.baseline.store import BaselineStore, Entry
 from pytest_sglang.errors import BaselineError
@@ -70,6 +73,7 @@ class Check:
     baseline_cv_pct: float | None = None
     reason: str | None = None  # why it was not judged, or why the tolerance alone decided
     detectable_pct: float | None = None  # the smallest change in the bad direction caught at 80 % (power.py)
+    history: str | None = None  # what the run history said of this metric (--sglang-history), where it did not fail
 
     def to_dict(self) -> dict[str, Any]:
         return {"metric": self.metric, "current": self.current, "baseline": self.baseline,
@@ -78,7 +82,7 @@ class Check:
                 "baseline_rounds": self.baseline_rounds, "method": self.method, "p_value": self.p_value,
                 "ci_pct": list(self.ci_pct) if self.ci_pct else None, "cv_pct": self.cv_pct,
                 "baseline_cv_pct": self.baseline_cv_pct, "reason": self.reason, "sessions": self.sessions,
-                "detectable_pct": self.detectable_pct}
+                "detectable_pct": self.detectable_pct, "history": self.history}
 
 
 @dataclass
@@ -193,6 +197,29 @@ def compare_one(metric: str, current: float | Sequence[float] | None, baseline: 
                  sessions=len(sessions), detectable_pct=j.detectable_pct)
 
 
+def with_history(check: Check, judged: Judgement | None) -> Check:
+    """A metric's check with its series' verdict joined: a step that regressed fails the check (a run after a
+    step is regressed whatever its baseline says, and with no baseline at all); otherwise the baseline's verdict
+    stands and the history is said beside it."""
+    if judged is None:
+        return check
+    if judged.status == "regressed" and check.status not in ("regressed", "missing"):
+        before = f" (baseline: {check.message})" if check.status != "no-baseline" else ""
+        return replace(check, status="regressed", message=f"{judged.message}{before}", method="history",
+                       p_value=judged.p_value, change_pct=judged.change_pct,
+                       detectable_pct=judged.history_detectable_pct)
+    return replace(check, history=judged.message)
+
+
+def _epoch(iso: str | None) -> float | None:
+    if not iso:
+        return None
+    try:
+        return datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
 def infrastructure_problem(result: Any) -> str | None:
     """Why ``result``'s figures say nothing about the server: failed requests, or a client-bound run."""
     failed = getattr(result, "failed", 0) or 0
@@ -227,9 +254,11 @@ def compare(
     confidence: float = DEFAULT_CONFIDENCE,
     max_cv_pct: float | None = DEFAULT_MAX_CV_PCT,
     fail_not_judged: bool = False,
+    history: Callable[[str], Sequence[PastRun]] | None = None,
 ) -> Comparison:
     """Compare ``result``'s figures (its rounds, where it has several) with the stored baseline, or record
-    them, with ``update``."""
+    them, with ``update``. ``history``: metric -> the past runs of this benchmark's series (--sglang-history),
+    whose rule (engine/series.py) joins the baseline's."""
     parsed = {m: Tolerance.parse(m, t) for m, t in tolerances.items()}
     for metric in parsed:
         direction(metric)
@@ -257,6 +286,10 @@ def compare(
         check = compare_one(metric, samples[metric], baseline, tol, profile=profile, entry=entry,
                             confidence=confidence, max_cv_pct=max_cv_pct, unjudged=why_none or problem,
                             sessions=entry.sessions_of(metric) if entry else ())
+        if history is not None and samples[metric] and not (why_none or problem):
+            check = with_history(check, judge_series(metric, history(metric), metric_value({metric: samples[metric]},
+                                                     metric) or math.nan, tol, confidence=confidence,
+                                                     accepted_until=_epoch(entry.recorded_at) if entry else None))
         comp.checks.append(check)
         if check.status == "improved" or (check.status == "ok" and "not significant" in check.message):
             comp.notes.append(check.message)
@@ -334,7 +367,7 @@ def gate_options(options: Mapping[str, Any]) -> tuple[float, float | None]:
         value = _percent("confidence", raw)
         confidence = value / 100.0 if value > 1 or str(raw).strip().endswith("%") else value
         if not 0.5 <= confidence < 1:
-            raise BaselineError(f"confidence must be between 50% and 100%, got {raw!r}")
+            raise BaselineError(f"confidence must be at least 50% and below 100% (e.g. 95% or 99.9%), got {raw!r}")
     max_cv: float | None = DEFAULT_MAX_CV_PCT
     if "max_cv" in options:
         raw = options["max_cv"]
@@ -370,7 +403,8 @@ class BaselineChecker:
         return self._machines[server]
 
     def check(self, result: Any, tolerances: Mapping[str, str | float | int], *, profile: str, test_id: str,
-              server: str | None, machine: Machine | None = None) -> Comparison:
+              server: str | None, machine: Machine | None = None,
+              history: Callable[[str], Sequence[PastRun]] | None = None) -> Comparison:
         """Compare (or record) ``result``. With no tolerances: ``output_throughput="5%"`` for a benchmark
         result, ``startup_seconds="20%"`` for a server handle. ``machine``: where the server ran when that is
         not this machine (an ssh host; the handle's ``machine()``). ``max_cv`` and ``confidence`` among the
@@ -390,7 +424,7 @@ class BaselineChecker:
         comp = compare(result, tolerances, store=self.store, profile=profile, test_id=_point_key(test_id, result),
                        machine=machine or self.machine(server), update=self.update, strict=self.strict,
                        commit=self.commit, also_record=also, confidence=confidence, max_cv_pct=max_cv,
-                       fail_not_judged=self.fail_not_judged)
+                       fail_not_judged=self.fail_not_judged, history=history)
         for text in comp.warnings:
             warnings.warn(NotJudgedWarning(text), stacklevel=2)
         return comp

@@ -90,6 +90,12 @@ def name_machine(names: list[str], driver: str | None, *, cpu: str, cores: int, 
     return Machine(name=env_knobs().machine or name, driver=driver, server=server)
 
 
+def run_commit(cwd: str | Path | None = None) -> str | None:
+    """The commit a run measured: PYTEST_SGLANG_COMMIT, else GITHUB_SHA (a CI checkout), else the short
+    ``git rev-parse HEAD`` of ``cwd``; None where none of them can be read."""
+    return env_knobs().commit or os.environ.get("GITHUB_SHA", "").strip() or git_commit(cwd)
+
+
 def git_commit(cwd: str | Path | None = None) -> str | None:
     exe = shutil.which("git")
     if not exe:

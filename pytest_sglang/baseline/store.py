@@ -182,6 +182,28 @@ class BaselineStore:
                 f"(`git diff {self.path.name}` shows what changed) or delete it and record anew with "
                 "--sglang-update-baseline.")
 
+    def preflight(self, *, write: bool) -> None:
+        """What a check or a recording would run into, told at session start instead of after a GPU startup: a
+        file that cannot be read or parsed, and with ``write`` (--sglang-update-baseline) a file or folder that
+        cannot be written. BaselineError saying what to do; the file is left as it is."""
+        from pytest_sglang.writable import existing_parent, may_write
+
+        if self.path.is_dir():
+            raise BaselineError(f"baseline file {self.path} is a folder: point --sglang-baseline (ini "
+                                f"sglang_baseline) at a file, e.g. {self.path / DEFAULT_FILENAME}.")
+        self.load()
+        if not write:
+            return
+        folder = self.path.parent if self.path.parent.exists() else existing_parent(self.path)
+        if self.path.exists() and not may_write(self.path):
+            raise BaselineError(f"baseline file {self.path} is read-only, so --sglang-update-baseline could not "
+                                "record this run's figures: make it writable (chmod u+w), or point "
+                                "--sglang-baseline at a writable copy. It was left as it is.")
+        if not may_write(folder):
+            raise BaselineError(f"baseline file {self.path} cannot be written: its folder {folder} is read-only "
+                                "(a recording replaces the file through a new one beside it). Make the folder "
+                                "writable, or point --sglang-baseline at a writable place.")
+
     def load(self) -> dict[str, Any]:
         if self._cache is None:
             self._cache = self._read()

@@ -139,6 +139,8 @@ class ABResult:
                 "ci": {m: list(c) if c else None for m, c in self.ci.items()}, "p_value": dict(self.p_value),
                 "confidence": self.confidence, "drift_pct": self.drift_pct, "same_server": self.same_server,
                 "rounds": {p: [r.output_throughput for r in rs] for p, rs in self.rounds.items()},
+                "server_cache_hit_rate": {p: [getattr(r, "server_cache_hit_rate", None) for r in rs]
+                                          for p, rs in self.rounds.items()},
                 "checks": [c.to_dict() for c in self.comparisons],
                 "gate": gate, "gate_reason": reason}
 
@@ -152,15 +154,21 @@ def _median_change(after: list[float], before: list[float]) -> float | None:
 
 
 def run_interleaved(first: str, second: str, run_round: RunRound, *, rounds: int, warmup: int,
-                    **gate: Any) -> ABResult:
-    """A warmup round of each (``warmup`` requests), then ``rounds`` pairs in the balanced order."""
+                    pair_started: Callable[[], None] | None = None, **gate: Any) -> ABResult:
+    """A warmup round of each (``warmup`` requests), then ``rounds`` pairs in the balanced order.
+    ``pair_started`` is called before the warmup pair and each measured pair: the runner aligns both servers'
+    prompt sets there (cache.PromptSets.align), so the two rounds of a pair send the same prompts."""
     _need_rounds(rounds)
-    for profile in (first, second):
-        if warmup > 0:
+    if warmup > 0:
+        if pair_started is not None:
+            pair_started()
+        for profile in (first, second):
             run_round(profile, warmup)
     measured: dict[str, list[BenchResult]] = {first: [], second: []}
     order = balanced_order(first, second, rounds)
-    for profile in order:
+    for i, profile in enumerate(order):
+        if i % 2 == 0 and pair_started is not None:
+            pair_started()
         measured[profile].append(run_round(profile, 0))
     return ABResult(first, second, measured, order, **gate)
 

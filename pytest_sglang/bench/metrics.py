@@ -56,7 +56,8 @@ ROUND_METRICS: tuple[str, ...] = (
     *(f"{stat}_{key}_ms" for key in ("ttft", "itl", "tpot", "e2e_latency")
       for stat in ("mean", "median", "std", "p90", "p99")),
     "max_itl_ms", "accept_length", "goodput", "slo_attainment", "client_busy",
-    "server_median_ttft_ms", "server_median_itl_ms", "server_accept_length", "client_loop_lag_p90_ms",
+    "server_median_ttft_ms", "server_median_itl_ms", "server_accept_length", "server_cache_hit_rate",
+    "client_loop_lag_p90_ms",
     "client_loop_lag_max_ms", *GPU_FIGURES, *SERVER_FIGURES,
 )
 # Counters that add up over rounds (a failure in any round shows in the headline).
@@ -174,6 +175,14 @@ class BenchResult:
     server_median_itl_ms: float | None = None
     server_accept_length: float | None = None
     server_disagreement: str | None = None  # why its token counts differ from the responses' (fails the run)
+    # the server's prefix cache (bench/cache.py): how the rounds met it ("fresh": new prompts every round; "flush":
+    # flushed before each round; "warm": the same prompts, cached on purpose), the prompt tokens the server served
+    # from it and their share of the prompt tokens (its /metrics; None where it does not say), and the flag of a
+    # round that the mode says is uncached but that was mostly served from the cache
+    cache: str = "fresh"
+    server_cached_tokens: int | None = None
+    server_cache_hit_rate: float | None = None
+    cache_note: str | None = None
     # goodput under SLOs (vllm bench serve --goodput): None unless run with slo={...}
     slo: dict[str, float] | None = None  # {"ttft_ms": 200, "tpot_ms": 50, "e2el_ms": ...}, any subset
     goodput: float | None = None  # completed requests meeting every limit, per second of duration
@@ -289,6 +298,8 @@ class BenchResult:
             lines.append(row("Accept length:", self.accept_length))
         if self.goodput is not None:
             lines.append(row("Request goodput (req/s):", self.goodput))
+        if self.server_cache_hit_rate is not None:
+            lines.append(row(f"Prefix cache hits ({self.cache}):", f"{self.server_cache_hit_rate:.1%}"))
         if self.num_rounds > 1:
             sp = self.spread.get("output_throughput")
             cv = f", CV {sp.cv_pct:.1f}%" if sp and sp.cv_pct is not None else ""
@@ -419,7 +430,7 @@ def combine_rounds(rounds: Sequence[BenchResult]) -> BenchResult:
     by_throughput = sorted(rounds, key=lambda r: r.output_throughput)
     middle = by_throughput[(len(rounds) - 1) // 2]  # the median round (the lower one of an even count)
     for count in ("completed", "total_input_tokens", "total_output_tokens", "server_generation_tokens",
-                  "server_prompt_tokens"):
+                  "server_prompt_tokens", "server_cached_tokens"):
         setattr(head, count, getattr(middle, count))
     for counter in _SUMMED:
         setattr(head, counter, sum(getattr(r, counter) for r in rounds))
@@ -433,4 +444,6 @@ def combine_rounds(rounds: Sequence[BenchResult]) -> BenchResult:
     head.client_bound_reason = next((f"round {i}: {r.client_bound_reason}" if len(rounds) > 1 else
                                      r.client_bound_reason for i, r in enumerate(rounds)
                                      if r.client_bound and r.client_bound_reason), None)
+    notes = [r.cache_note for r in rounds if r.cache_note]
+    head.cache_note = "; ".join(notes) if notes else None
     return head

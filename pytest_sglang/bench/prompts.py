@@ -6,11 +6,14 @@ for the chat API (text only) it decodes them with the model's tokenizer (:func:`
 ``transformers`` when installed and available offline) and trims the re-encoding to the exact length, or,
 with no tokenizer at hand, joins common words whose token count is only approximate.
 :func:`prepare_prompts` is the runner's one call: it learns the vocabulary first and never sends an id the
-model lacks (text prompts where nothing tells the vocabulary; given id prompts are checked against it).
+model lacks (text prompts where nothing tells the vocabulary; given id prompts are checked against it). With
+``sets`` (``cache="fresh"``, bench/cache.py) it makes the warmup and each round a prompt set of its own: set ``n``
+is drawn from :func:`set_seed` of the run's seed and ``n``, so it is the same in every run and on every server.
 """
 
 from __future__ import annotations
 
+import os
 import random
 from collections.abc import Sequence
 from typing import Any
@@ -39,7 +42,15 @@ def load_tokenizer(name_or_path: str | None) -> Any | None:
         return None
 
 
-def make_prompts(count: int, input_len: int, *, seed: int, want_ids: bool, tokenizer: Any | None = None,
+def set_seed(seed: int, index: int) -> str:
+    """The seed of prompt set ``index`` of a run seeded ``seed`` (a string: random.Random hashes it the same in
+    every process, and no two pairs give the same one). A pytest-xdist worker draws its own sets (its name in
+    the seed): workers that share a server would otherwise send it the same prompts."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    return f"pytest-sglang/{seed}/{index}" + (f"/{worker}" if worker else "")
+
+
+def make_prompts(count: int, input_len: int, *, seed: int | str, want_ids: bool, tokenizer: Any | None = None,
                  vocab: Vocab | None = None) -> tuple[list[str | list[int]], str]:
     """``count`` prompts of ``input_len`` tokens and how they were made.
 
@@ -98,8 +109,11 @@ def prepare_prompts(
     seed: int,
     tokenizer: Any | str | None = None,
     prompts: Sequence[str | Sequence[int]] | None = None,
+    sets: Sequence[int] | None = None,
 ) -> tuple[list[str | list[int]], str, Vocab | None]:
     """The warmup prompts, then the ``count`` measured ones, how they were made, and the vocabulary used.
+    ``sets`` (made prompts only): the warmup's set (where ``warmup`` > 0) and then each round's, ``count``
+    prompts each: the warmup prompts, then every round's ``count`` in turn.
 
     Made here (``prompts`` None): token ids of the model's vocabulary (:func:`~.vocab.learn_vocab`) for the
     completions and native APIs; text where the vocabulary is unknown or the API is chat (exact through the
@@ -125,6 +139,14 @@ def prepare_prompts(
     tok = tokenizer
     if tokenizer is None or isinstance(tokenizer, str):
         tok = load_tokenizer(tokenizer or model) if (api == "chat" or vocab is None) else None
-    made, kind = make_prompts(count + warmup, input_len, seed=seed, want_ids=api != "chat" and vocab is not None,
-                              tokenizer=tok, vocab=vocab)
+    want_ids = api != "chat" and vocab is not None
+    if sets is None:
+        made, kind = make_prompts(count + warmup, input_len, seed=seed, want_ids=want_ids, tokenizer=tok, vocab=vocab)
+        return made, kind, vocab
+    made, kind = [], "token_ids"
+    for i, index in enumerate(sets):
+        n = warmup if i == 0 and warmup else count
+        part, kind = make_prompts(n, input_len, seed=set_seed(seed, index), want_ids=want_ids, tokenizer=tok,
+                                  vocab=vocab)
+        made += part
     return made, kind, vocab

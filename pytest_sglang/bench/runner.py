@@ -25,11 +25,19 @@ import os
 import random
 import threading
 import time
+import warnings
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
+from pytest_sglang.bench.cache import (
+    PROMPT_SETS,
+    CachedRoundWarning,
+    cached_round_note,
+    flush_prefix_cache,
+    resolve_cache_mode,
+)
 from pytest_sglang.bench.client import Client
 from pytest_sglang.bench.metrics import (
     BenchResult,
@@ -106,20 +114,20 @@ async def _drive(
     base_url: str,
     api_key: str | None,
     api: Api,
-    bodies: Sequence[dict[str, Any]],
+    round_bodies: Sequence[Sequence[dict[str, Any]]],
     *,
     concurrency: int | None,
     request_rate: float,
     rng: random.Random,
     timeout: float | None,
     warmup_bodies: Sequence[dict[str, Any]] = (),
-    rounds: int = 1,
     seed: int = 0,
     between: Callable[[list[StreamResult] | None], None] | None = None,
     probe: LoopLagProbe | None = None,
     telemetry: Telemetry | None = None,
 ) -> tuple[list[StreamResult], list[tuple[list[StreamResult], float, float]]]:
-    """Warmup once, then ``rounds`` rounds: (warmup results, [(measured results, client CPU s, wall s)]).
+    """Warmup once, then a round of each of ``round_bodies``: (warmup results, [(measured results, client CPU
+    s, wall s)]).
     ``between`` is called after the warmup (with None) and after each round (with its results), outside the
     rounds' clocks: the server's metrics are scraped there (server_metrics.RoundWitness). ``telemetry``
     samples the GPUs and the server's gauges during each round, its samplers stopped however the round ends."""
@@ -137,7 +145,7 @@ async def _drive(
             async with sem:
                 return await stream_one(pool, api, body, timeout)
 
-        for k in range(rounds):
+        for k, bodies in enumerate(round_bodies):
             if k:
                 await asyncio.sleep(ROUND_GAP_S)
             rng.seed(seed + 1)  # the same arrivals every round: only the system varies
@@ -196,6 +204,7 @@ def run_bench(
     server_metrics: bool = True,
     telemetry: bool = True,
     client_processes: int | None = None,
+    cache: str | None = None,
 ) -> BenchResult:
     """Benchmark ``server`` (a server handle, or a base URL) with streamed requests; see the package doc.
 
@@ -211,7 +220,11 @@ def run_bench(
     its rounds were client-bound on a machine with cores to spare, the run again over :func:`spare_processes`.
     ``tokenizer``: a tokenizer object or a name for
     ``transformers.AutoTokenizer`` (default: the server's model, when transformers is installed and has it
-    locally); used only for text prompts.
+    locally); used only for text prompts. ``cache``: how the rounds meet the server's prefix cache (bench/cache.py):
+    ``"fresh"`` (default) new prompts for the warmup and every round, ``"flush"`` (default with ``prompts=``) the
+    same prompts with the cache flushed before each round, ``"warm"`` the same prompts, cached on purpose; each
+    round's ``server_cache_hit_rate`` is the server's witness, and a round of "fresh" or "flush" that it says was
+    mostly cached gets a ``cache_note`` and a :class:`~pytest_sglang.bench.cache.CachedRoundWarning`.
     Bad arguments raise BenchmarkError; failed requests raise BenchmarkFailedError with the result.
     """
     if api not in API_PATHS:
@@ -227,6 +240,7 @@ def run_bench(
         raise BenchmarkError(f"client_processes must be an integer of at least 1 (or None: chosen from the "
                              f"self-check), got {client_processes!r}")
     slo_ms = check_slo(slo) if slo is not None else None
+    mode = resolve_cache_mode(cache, prompts_given=prompts is not None)
     handle: ServerLike = _Url(server.rstrip("/")) if isinstance(server, str) else server
     profile = profile if profile is not None else getattr(handle, "profile", None)
     client = Client(handle.base_url, api_key=handle.api_key, timeout=60, model=model or handle.model)
@@ -238,45 +252,68 @@ def run_bench(
         spec_info = _speculative(client, handle)
         if spec_info and api != "generate":  # SGLang's per-request verify counts on its OpenAI APIs
             extra_body = {"return_spec_tokens_details": True, **(extra_body or {})}
-        all_prompts, prompt_kind, vocab = prepare_prompts(
-            client, api=api, model=handle.model, served_model=served_model, count=num_requests, warmup=warmup,
-            input_len=input_len, seed=seed, tokenizer=tokenizer, prompts=prompts)
-        bodies: list[dict[str, Any]] = []
-        prompt_lens: list[int] = []
-        for p in all_prompts:
-            _, body = build_payload(api, prompt=p, output_len=output_len, model=served_model,
-                                    ignore_eos=ignore_eos, stream=True, extra=extra_body)
-            bodies.append(body)
-            prompt_lens.append(len(p) if not isinstance(p, str) else input_len)
         started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        prompt_kind, vocab = "token_ids", None
+
+        def workload() -> tuple[list[dict[str, Any]], list[list[dict[str, Any]]], list[list[int]]]:
+            """The warmup bodies, each round's and each round's prompt lengths: "fresh" draws sets this server
+            has not been sent (cache.PROMPT_SETS), the other modes send the same prompts every round."""
+            nonlocal prompt_kind, vocab
+            sets = None
+            if mode == "fresh":
+                n_sets = (1 if warmup else 0) + rounds
+                first = PROMPT_SETS.take(handle.base_url, n_sets)
+                sets = list(range(first, first + n_sets))
+            made, prompt_kind, vocab = prepare_prompts(
+                client, api=api, model=handle.model, served_model=served_model, count=num_requests, warmup=warmup,
+                input_len=input_len, seed=seed, tokenizer=tokenizer, prompts=prompts, sets=sets)
+            bodies, lens = [], []
+            for p in made:
+                bodies.append(build_payload(api, prompt=p, output_len=output_len, model=served_model,
+                                            ignore_eos=ignore_eos, stream=True, extra=extra_body)[1])
+                lens.append(len(p) if not isinstance(p, str) else input_len)
+            starts = [warmup + k * num_requests if sets else warmup for k in range(rounds)]
+            return (bodies[:warmup], [bodies[i:i + num_requests] for i in starts],
+                    [lens[i:i + num_requests] for i in starts])
 
         def measure(processes: int) -> tuple[list[StreamResult], list[BenchResult], RoundWitness, Telemetry]:
             nonlocal tel
             if tel is not None:
                 tel.close()
+            warm_bodies, round_bodies, round_lens = workload()
             wit = RoundWitness(client, enabled=server_metrics)
+            marks = 0
+
+            def between(results: list[StreamResult] | None) -> None:
+                """The server's metrics after the warmup and each round; "flush": its cache emptied before the
+                next round (after the scrape, outside the rounds' clocks)."""
+                nonlocal marks
+                wit.mark(results)
+                marks += 1
+                if mode == "flush" and marks <= rounds:
+                    flush_prefix_cache(client, handle.kind)
+
             tel = Telemetry(base_url=handle.base_url, api_key=handle.api_key, host=getattr(handle, "host", None),
                             pid=getattr(handle, "pid", None), kind=handle.kind,
                             ssh_host=getattr(handle, "ssh_host", None), remote=getattr(handle, "remote", None),
                             enabled=telemetry)
             if processes > 1:
                 warm, done, lags = drive_spread(
-                    handle.base_url, handle.api_key, api, bodies[warmup:], processes=processes,
+                    handle.base_url, handle.api_key, api, round_bodies, processes=processes,
                     concurrency=concurrency, request_rate=request_rate, seed=seed, timeout=timeout,
-                    warmup_bodies=bodies[:warmup], rounds=rounds, round_gap=ROUND_GAP_S, between=wit.mark,
-                    telemetry=tel, run=_run_coroutine)
+                    warmup_bodies=warm_bodies, round_gap=ROUND_GAP_S, between=between, telemetry=tel,
+                    run=_run_coroutine)
             else:
                 probe = LoopLagProbe()
                 warm, done = _run_coroutine(lambda: _drive(
-                    handle.base_url, handle.api_key, api, bodies[warmup:], concurrency=concurrency,
+                    handle.base_url, handle.api_key, api, round_bodies, concurrency=concurrency,
                     request_rate=request_rate, rng=random.Random(seed + 1), timeout=timeout,
-                    warmup_bodies=bodies[:warmup], rounds=rounds, seed=seed, between=wit.mark, probe=probe,
-                    telemetry=tel))
+                    warmup_bodies=warm_bodies, seed=seed, between=between, probe=probe, telemetry=tel))
                 lags = probe.rounds
             per_round = []
             for k, (measured, cpu, wall) in enumerate(done):
                 one = compute_metrics(
-                    [record_from_stream(s, n) for s, n in zip(measured, prompt_lens[warmup:], strict=True)],
+                    [record_from_stream(s, n) for s, n in zip(measured, round_lens[k], strict=True)],
                     api=api, num_requests=num_requests, max_concurrency=concurrency, request_rate=request_rate,
                     input_len=input_len, output_len=output_len, warmup=warmup, seed=seed,
                     prompt_kind=prompt_kind, profile=profile, started_at=started_at,
@@ -302,6 +339,9 @@ def run_bench(
         if client_processes is None and spare > 1 and any(one.client_bound for one in per_round):
             warm, per_round, wit, tel = measure(spare)  # one loop could not keep pace: the figures were its own
         disagreements = wit.apply(per_round)
+        for k, one in enumerate(per_round):
+            one.cache = mode
+            one.cache_note = cached_round_note(mode, one.server_cache_hit_rate, round_index=k, rounds=rounds)
         tel.apply(per_round)
         if spec_info and any(one.accept_length is None for one in per_round):
             server_accept = client.accept_length()  # the last resort: updated only every decode-log interval
@@ -309,6 +349,9 @@ def run_bench(
                 if one.accept_length is None and server_accept is not None:
                     one.accept_length, one.accept_length_source = server_accept, "server_info"
         result = combine_rounds(per_round)
+        for one in per_round:
+            if one.cache_note:
+                warnings.warn(CachedRoundWarning(f"{handle.base_url}: {one.cache_note}"), stacklevel=2)
         result.telemetry = tel.series(per_round)
         result.server_disagreement = disagreements[0] if disagreements else None
         result.connection_errors += sum(1 for s in warm if s.connection_error)

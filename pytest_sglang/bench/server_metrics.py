@@ -36,6 +36,10 @@ COUNTERS: dict[str, dict[str, str]] = {
     "spec_verify": {"sglang": "sglang:spec_verify_calls"},
     "spec_drafts": {"vllm": "vllm:spec_decode_num_drafts"},
     "spec_accepted": {"vllm": "vllm:spec_decode_num_accepted_tokens"},
+    # prompt tokens served from the prefix cache (SGLang: summed over its cache_source labels; vLLM's hits) and,
+    # vLLM only, the prompt tokens it looked up (SGLang's share is over its prompt_tokens)
+    "cached_tokens": {"sglang": "sglang:cached_tokens", "vllm": "vllm:prefix_cache_hits"},
+    "cache_queries": {"vllm": "vllm:prefix_cache_queries"},
 }
 HISTOGRAMS: dict[str, dict[str, str]] = {
     "ttft": {"sglang": "sglang:time_to_first_token_seconds", "vllm": "vllm:time_to_first_token_seconds"},
@@ -50,8 +54,9 @@ GAUGES: dict[str, dict[str, tuple[str, ...]]] = {
     "kv_usage": {"sglang": ("sglang:token_usage",),
                  "vllm": ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")},
     "gen_throughput": {"sglang": ("sglang:gen_throughput",)},
+    "cache_hit_rate": {"sglang": ("sglang:cache_hit_rate",)},  # its last prefill batch's: see cache_hits()
 }
-_HIGHEST = frozenset({"kv_usage"})
+_HIGHEST = frozenset({"kv_usage", "cache_hit_rate"})
 _SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)(?:\s+\d+)?\s*$')
 _LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
 
@@ -162,6 +167,8 @@ class Witness:
     median_itl_ms: float | None = None
     median_e2e_latency_ms: float | None = None
     accept_length: float | None = None
+    cached_tokens: int | None = None  # prompt tokens served from the prefix cache
+    cache_hit_rate: float | None = None  # those over the prompt tokens (vLLM: over the tokens it looked up)
 
 
 def witness(before: Snapshot, after: Snapshot) -> Witness:
@@ -180,6 +187,7 @@ def witness(before: Snapshot, after: Snapshot) -> Witness:
         if a:
             median = histogram_quantile(0.5, {le: n - b.get(le, 0.0) for le, n in a.items()})
             setattr(w, attr, median * 1000.0 if median is not None else None)
+    w.cached_tokens, w.cache_hit_rate = cache_hits(before, after)
     gen = diff("generation_tokens")
     if after.family == "sglang":
         verify = diff("spec_verify")
@@ -190,6 +198,34 @@ def witness(before: Snapshot, after: Snapshot) -> Witness:
         if drafts and accepted is not None:
             w.accept_length = 1.0 + accepted / drafts
     return w
+
+
+def cache_hits(before: Snapshot, after: Snapshot) -> tuple[int | None, float | None]:
+    """The prompt tokens served from the prefix cache between two scrapes, and their share (None: unknown).
+
+    vLLM: ``vllm:prefix_cache_hits`` over ``vllm:prefix_cache_queries`` (tokens). SGLang: ``sglang:cached_tokens``
+    over ``sglang:prompt_tokens``. SGLang 0.5.x exports its counter only from the first cache hit on (a labelled
+    child appears when first incremented), so its absence means no hit yet where the server reports a last
+    prefill batch's hit rate (``sglang:cache_hit_rate``) of 0; with that gauge missing or above 0 (a version
+    without the counter) it means unknown."""
+    hits_after = after.counters.get("cached_tokens")
+    if after.family == "vllm":
+        queries = after.counters.get("cache_queries")
+        if hits_after is None or queries is None:
+            return None, None
+        hits = hits_after - before.counters.get("cached_tokens", 0.0)
+        asked = queries - before.counters.get("cache_queries", 0.0)
+    else:
+        prompt = after.counters.get("prompt_tokens")
+        if prompt is None:
+            return None, None
+        if hits_after is None:
+            if after.gauges.get("cache_hit_rate") != 0.0:
+                return None, None
+            hits_after = 0.0
+        hits = hits_after - before.counters.get("cached_tokens", 0.0)
+        asked = prompt - before.counters.get("prompt_tokens", 0.0)
+    return int(round(hits)), (hits / asked if asked > 0 else None)
 
 
 def disagreement(w: Witness, *, output_tokens: int, input_tokens: int | None, requests: int) -> str | None:
@@ -265,6 +301,8 @@ class RoundWitness:
             one.server_median_ttft_ms = w.median_ttft_ms
             one.server_median_itl_ms = w.median_itl_ms
             one.server_accept_length = w.accept_length
+            one.server_cached_tokens = w.cached_tokens
+            one.server_cache_hit_rate = w.cache_hit_rate
             if one.accept_length is None and w.accept_length is not None:
                 one.accept_length = w.accept_length
                 one.accept_length_source = "server_metrics"

@@ -195,14 +195,15 @@ class WorkerPool:
                 proc.wait()
 
 
-def drive_spread(base_url: str, api_key: str | None, api: Api, bodies: Sequence[dict[str, Any]], *, processes: int,
-                 concurrency: int | None, request_rate: float, seed: int, timeout: float | None,
-                 warmup_bodies: Sequence[dict[str, Any]], rounds: int, round_gap: float,
+def drive_spread(base_url: str, api_key: str | None, api: Api, round_bodies: Sequence[Sequence[dict[str, Any]]], *,
+                 processes: int, concurrency: int | None, request_rate: float, seed: int, timeout: float | None,
+                 warmup_bodies: Sequence[dict[str, Any]], round_gap: float,
                  between: Callable[[list[StreamResult] | None], None] | None = None, telemetry: Any = None,
                  run: Callable[..., Any]) -> tuple[list[StreamResult], list[tuple[list[StreamResult], float, float]],
                                                    list[LagStats]]:
-    """The runner's ``_drive`` over ``processes`` workers: (warmup results, [(results, client CPU s of the
-    busiest worker, its wall s)], the busiest worker's lag per round). ``run`` runs a coroutine to its end."""
+    """The runner's ``_drive`` over ``processes`` workers, a round for each of ``round_bodies`` (each the same
+    number of requests): (warmup results, [(results, client CPU s of the busiest worker, its wall s)], the
+    busiest worker's lag per round). ``run`` runs a coroutine to its end."""
 
     async def warm() -> list[StreamResult]:
         pool = ConnectionPool(base_url, api_key=api_key)
@@ -211,14 +212,15 @@ def drive_spread(base_url: str, api_key: str | None, api: Api, bodies: Sequence[
         finally:
             await pool.close()
 
-    dealt = [(ix, slots) for ix, slots in deal(len(bodies), processes, concurrency) if ix]
+    count = len(round_bodies[0]) if round_bodies else 0
+    dealt = [(ix, slots) for ix, slots in deal(count, processes, concurrency) if ix]
     workers = WorkerPool(len(dealt), base_url, api_key, api, timeout)  # no worker without a request
     try:
         warm_results: list[StreamResult] = run(warm)
         if between is not None:
             between(None)
         done, lags = [], []
-        for k in range(rounds):
+        for k, bodies in enumerate(round_bodies):
             if k:
                 time.sleep(round_gap)
             offsets = arrival_offsets(len(bodies), request_rate, random.Random(seed + 1))

@@ -129,30 +129,48 @@ class Profile:
 class ProfileSet:
     source: Path | None
     profiles: Mapping[str, Profile]
+    broken: Mapping[str, str] = field(default_factory=dict)  # profile -> every mistake found in it
 
-    def select(self, names: list[str]) -> list[Profile]:
+    def mistakes(self) -> str:
+        """Every mistake of the file, one profile a paragraph: a user fixes them in one pass, not one a run."""
+        count = sum(text.count("\n  - ") + 1 for text in self.broken.values())
+        return (f"{self.source}: {count} mistake{'s' if count != 1 else ''} in "
+                f"{len(self.broken)} profile{'s' if len(self.broken) != 1 else ''}:\n" +
+                "\n".join(f"  - {text}" for text in self.broken.values()))
+
+    def unselected_broken(self, names: Iterable[str]) -> list[str]:
+        """Broken profiles a run with ``names`` selected does not need: warned of, never blocking it."""
+        return [name for name in self.broken if name not in set(names)]
+
+    def select(self, names: list[str], origin: str = "--sglang-profile") -> list[Profile]:
+        """The profiles ``names`` (given by ``origin``: the option, or the ini option that named them)."""
         known = ", ".join(sorted(self.profiles)) or "(none defined)"
-        if not self.profiles:
+        if not self.profiles and not self.broken:
             raise ProfileError(
-                f"--sglang-profile={','.join(names)} was given but no profiles are defined. Add "
+                f"{origin} named {','.join(names)} but no profiles are defined. Add "
                 f"[tool.pytest_sglang.profiles.<name>] to pyproject.toml in the rootdir, or pass "
                 f"--sglang-config=FILE with [profiles.<name>] tables."
             )
+        if any(name in self.broken for name in names):
+            raise ProfileError(self.mistakes())
         selected = []
         for name in names:
             if name not in self.profiles:
                 hint = get_close_matches(name, list(self.profiles), n=1)
                 maybe = f" Did you mean {hint[0]!r}?" if hint else ""
                 raise ProfileError(
-                    f"Unknown profile {name!r} (from --sglang-profile). Known profiles in {self.source}: "
+                    f"Unknown profile {name!r} (from {origin}). Known profiles in {self.source}: "
                     f"{known}.{maybe}"
                 )
             selected.append(self.profiles[name])
         return selected
 
 
-def load_profiles(rootdir: Path, config: Path | None, environ: Mapping[str, str] | None = None) -> ProfileSet:
-    """Profiles from `--sglang-config` if given, else from the rootdir's pyproject.toml (or none)."""
+def load_profiles(rootdir: Path, config: Path | None, environ: Mapping[str, str] | None = None, *,
+                  keep_going: bool = False) -> ProfileSet:
+    """Profiles from `--sglang-config` if given, else from the rootdir's pyproject.toml (or none). Every
+    profile's mistakes are found in one pass; they raise one ProfileError naming them all, or with
+    ``keep_going`` (a run, which needs only its selected profiles) are kept in the set's ``broken``."""
     environ = os.environ if environ is None else environ
     if config is not None:
         path, table_path = config, CONFIG_TABLE
@@ -174,7 +192,16 @@ def load_profiles(rootdir: Path, config: Path | None, environ: Mapping[str, str]
     if not isinstance(raw, dict):
         raise ProfileError(f"{path}: [{'.'.join(table_path)}] must be a table of profiles.")
     loader = _Loader(path, text, ".".join(table_path), raw, environ)
-    return ProfileSet(path, {name: loader.resolve(name) for name in raw})
+    profiles, broken = {}, {}
+    for name in raw:
+        try:
+            profiles[name] = loader.resolve(name)
+        except ProfileError as exc:
+            broken[name] = str(exc)
+    found = ProfileSet(path, profiles, broken)
+    if broken and not keep_going:
+        raise ProfileError(found.mistakes())
+    return found
 
 
 def _table(data: dict[str, Any], path: tuple[str, ...]) -> Any:
@@ -201,7 +228,9 @@ class _Loader:
         table = self.raw[name]
         if not isinstance(table, dict):
             raise ProfileError(f"{self.where(name)}: must be a table, e.g. [{self.table}.{name}].")
-        self.check_keys(name, table)
+        problems = [problem for key, value in table.items() if (problem := self.key_problem(name, key, value))]
+        if problems:  # the keys that are right are still built, so their value mistakes are told in this pass too
+            table = {k: v for k, v in table.items() if self.key_problem(name, k, v) is None}
         merged: dict[str, Any] = {}
         parent = table.get("extends")
         if parent is not None:
@@ -226,29 +255,32 @@ class _Loader:
                 merged[key] = {**merged.get(key, {}), **value}
             else:
                 merged[key] = value
-        return self.build(name, merged)
+        try:
+            built = self.build(name, merged)
+        except ProfileError as exc:
+            problems.append(str(exc))
+        if problems:
+            raise ProfileError("\n  - ".join(problems))
+        return built
 
-    def check_keys(self, name: str, table: dict[str, Any]) -> None:
-        value: Any
-        for key, value in table.items():
-            if key not in PROFILE_KEYS:
-                hint = get_close_matches(key, list(PROFILE_KEYS), n=1)
-                maybe = f" Did you mean {hint[0]!r}?" if hint else ""
-                raise ProfileError(
-                    f"{self.where(name, key)}: unknown key.{maybe} Known keys: {', '.join(PROFILE_KEYS)}."
-                )
-            types, desc = PROFILE_KEYS[key].types, PROFILE_KEYS[key].desc
-            if not isinstance(value, types) or isinstance(value, bool):
-                raise ProfileError(f"{self.where(name, key)}: must be {desc}, got {value!r}.")
-            checked: Any = value  # isinstance against a tuple variable narrows to `object`
-            if key in ("args", "command", "ssh_options") and not all(isinstance(v, (str, int, float)) for v in checked):
-                raise ProfileError(f"{self.where(name, key)}: must be {desc}, got {value!r}.")
-            if key == "gpus" and (not checked or len(set(checked)) != len(checked) or not all(
-                    isinstance(g, int) and not isinstance(g, bool) and g >= 0 for g in checked)):
-                raise ProfileError(f"{self.where(name, key)}: {value!r} is not a list of distinct GPU indices; "
-                                   "write e.g. gpus = [0] or gpus = [0, 1] (as nvidia-smi numbers them).")
-            if key == "env" and not all(isinstance(v, (str, int, float)) for v in checked.values()):
-                raise ProfileError(f"{self.where(name, key)}: values must be strings, got {value!r}.")
+    def key_problem(self, name: str, key: str, value: Any) -> str | None:
+        if key not in PROFILE_KEYS:
+            hint = get_close_matches(key, list(PROFILE_KEYS), n=1)
+            maybe = f" Did you mean {hint[0]!r}?" if hint else ""
+            return f"{self.where(name, key)}: unknown key.{maybe} Known keys: {', '.join(PROFILE_KEYS)}."
+        types, desc = PROFILE_KEYS[key].types, PROFILE_KEYS[key].desc
+        if not isinstance(value, types) or isinstance(value, bool):
+            return f"{self.where(name, key)}: must be {desc}, got {value!r}."
+        checked: Any = value  # isinstance against a tuple variable narrows to `object`
+        if key in ("args", "command", "ssh_options") and not all(isinstance(v, (str, int, float)) for v in checked):
+            return f"{self.where(name, key)}: must be {desc}, got {value!r}."
+        if key == "gpus" and (not checked or len(set(checked)) != len(checked) or not all(
+                isinstance(g, int) and not isinstance(g, bool) and g >= 0 for g in checked)):
+            return (f"{self.where(name, key)}: {value!r} is not a list of distinct GPU indices; "
+                    "write e.g. gpus = [0] or gpus = [0, 1] (as nvidia-smi numbers them).")
+        if key == "env" and not all(isinstance(v, (str, int, float)) for v in checked.values()):
+            return f"{self.where(name, key)}: values must be strings, got {value!r}."
+        return None
 
     def expand(self, name: str, key: str, value: Any) -> Any:
         if isinstance(value, str):

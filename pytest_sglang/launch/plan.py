@@ -183,6 +183,19 @@ def launch_problems(plan: LaunchPlan) -> list[str]:
     return problems
 
 
+def real_launch_problems(profile: Profile, log_dir: Path) -> list[str]:
+    """Under --sglang-sim: what the real server's launch would run into (a missing python, binary or model
+    path), which the simulator does not use. A user developing on the simulator learns of it there, not on
+    the GPU box."""
+    from dataclasses import replace
+
+    try:
+        plan = plan_launch(replace(profile, unset={}), sim=False, log_dir=log_dir, check=False)
+    except ProfileError:
+        return []  # a profile the real launch cannot even plan says so when it is run for real
+    return launch_problems(plan)
+
+
 def _missing_binary(program: str, path_env: str | None) -> str | None:
     """Why ``program`` cannot be run, or None if it can."""
     if os.sep not in program:

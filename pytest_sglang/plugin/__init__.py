@@ -16,14 +16,16 @@ from __future__ import annotations
 import functools
 import os
 import sys
+import time
 from collections.abc import Generator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_sglang.errors import PluginError, ServerDiedError
+from pytest_sglang.errors import HistoryError, PluginError, ServerDiedError
 from pytest_sglang.plugin import distributed
+from pytest_sglang.plugin.history import SessionHistory
 from pytest_sglang.plugin.measure import Measurements
 from pytest_sglang.plugin.nodes import fail_with
 from pytest_sglang.plugin.settings import Settings, add_options, sim_without_profile
@@ -56,6 +58,9 @@ def pytest_configure(config: pytest.Config) -> None:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_cmdline_main(config: pytest.Config) -> int | None:
+    conflict = Settings.from_config(config).conflict()  # --sglang-show and --sglang-stop answer before the session
+    if conflict:
+        raise pytest.UsageError(conflict)
     if config.getoption("sglang_show"):
         from pytest_sglang.plugin.show import show_profiles
 
@@ -81,11 +86,15 @@ class SGLangPlugin:
         self._log_dir: Path | None = None
         self._failure_shown: set[str] = set()
         self.shared = distributed.worker_servers(config)  # under pytest-xdist: the run's shared servers
-        self.measure = Measurements(self.settings, self.ledger, self.shared)
+        # every process reads the history for its checks; the one holding every result appends to it
+        self.history = SessionHistory(self.settings.history_path, appends=not hasattr(config, "workerinput"))
+        self.measure = Measurements(self.settings, self.ledger, self.shared, self.history)
         self.run = distributed.ControllerRun(self.settings)  # the xdist controller's side (inert elsewhere)
         from pytest_sglang.server.pool import ServerPool
 
         self.pool = ServerPool(self.open_server)  # the servers A/B tests need alive at once
+        self.started = time.time()
+        self.unserved = 0  # collected tests that need a server while none was selected
 
     @functools.cached_property
     def sim_run(self) -> str:
@@ -100,7 +109,8 @@ class SGLangPlugin:
         if self._profiles is None:
             from pytest_sglang.config.profiles import load_profiles
 
-            self._profiles = load_profiles(self.settings.rootdir, self.settings.config_path)
+            self._profiles = load_profiles(self.settings.rootdir, self.settings.config_path,
+                                           keep_going=True)
         return self._profiles
 
     def params(self) -> list[str]:
@@ -115,11 +125,37 @@ class SGLangPlugin:
             raise pytest.UsageError(problem)
         try:
             if self.settings.profiles:
-                self.profiles().select(list(self.settings.profiles))
+                self.profiles().select(list(self.settings.profiles), self.settings.origins.get("sglang_profile",
+                                                                                               "--sglang-profile"))
             elif self.settings.sim and not self.settings.url:
                 raise pytest.UsageError(sim_without_profile(sorted(self.profiles().profiles)))
+            profiles = self.profiles()
         except PluginError as exc:
             raise pytest.UsageError(str(exc)) from None
+        if self.settings.sim:
+            self._warn_real_launch_problems(profiles)
+        for name in profiles.unselected_broken(self.settings.profiles):
+            self.status(f"[sglang] warning: profile {name!r} is broken and was not selected, so this run goes on "
+                        f"without it: {profiles.broken[name]}")
+        try:
+            self.history.check()  # before any server launches: a store this run could not append to stops it
+        except HistoryError as exc:
+            raise pytest.UsageError(f"--sglang-history: {exc}") from None
+        if self.params() and not hasattr(self.config, "workerinput"):
+            try:  # a baseline file that could not be read, or written under --sglang-update-baseline, stops it too
+                self.measure.checker.store.preflight(write=self.settings.update_baseline)
+            except PluginError as exc:
+                raise pytest.UsageError(str(exc)) from None
+
+    def _warn_real_launch_problems(self, profiles: ProfileSet) -> None:
+        """The simulator uses no model path or interpreter; the real server will: say now what it would miss."""
+        from pytest_sglang.launch.logdir import state_dir
+        from pytest_sglang.launch.plan import real_launch_problems
+
+        for name in self.settings.profiles:
+            if name in profiles.profiles:
+                for problem in real_launch_problems(profiles.profiles[name], state_dir() / "logs"):
+                    self.status(f"[sglang] warning: without --sglang-sim this launch would fail: {problem}")
 
     def pytest_generate_tests(self, metafunc: pytest.Metafunc) -> None:
         params = self.params()
@@ -131,6 +167,12 @@ class SGLangPlugin:
         for item in items:
             if {"sglang_server", "sglang_ab"} & set(getattr(item, "fixturenames", ())):
                 item.add_marker("sglang")
+        self.unserved = 0 if self.params() else sum(
+            1 for i in items if "sglang_server" in getattr(i, "fixturenames", ()))
+        if self.unserved and self.settings.require_profile:
+            raise pytest.UsageError(f"{self.unserved} test(s) need a server, but no --sglang-profile (or --sglang-url) "
+                                    "was given, and sglang_require_profile = true makes a run that would test "
+                                    "nothing an error: pass --sglang-profile=NAME.")
         # A/B tests after the others, grouped by pair (a pair's servers launch once), comparisons last.
         ab = [i for i in items if i.get_closest_marker("sglang_ab") and not i.get_closest_marker("sglang_compare")]
         pairs = list(dict.fromkeys(_ab_pair(i) for i in ab))
@@ -270,6 +312,10 @@ class SGLangPlugin:
     # Summary and reports.
 
     def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
+        if self.unserved:
+            terminalreporter.write_line(f"[sglang] {self.unserved} server test(s) skipped: no --sglang-profile or "
+                                        "--sglang-url was given (ini sglang_require_profile = true makes that an "
+                                        "error)", yellow=True)
         if self.ledger.startups:
             terminalreporter.section("sglang servers")
             for record in self.ledger.startups.values():
@@ -291,7 +337,11 @@ class SGLangPlugin:
         checker = self.measure.checker  # the report names the machine it ran on, checked or not
         report = build_report(self.ledger, machine=checker.machine(None), commit=checker.commit,
                               baseline_path=str(checker.store.path) if self.measure.checked else None)
-        return summarize(self.run.merged(report))  # sweeps and gates over every worker's benchmarks
+        report = summarize(self.run.merged(report))  # sweeps and gates over every worker's benchmarks
+        if self.history.appends:
+            report["history"] = self.history.section or {"path": str(self.history.path),
+                                                         "error": self.history.error}
+        return report
 
     # pytest-xdist: the controller hands out the run folder, gathers the workers' ledgers, stops the servers.
 
@@ -310,6 +360,8 @@ class SGLangPlugin:
             distributed.send_to_controller(self.config, self.ledger, self.report())
         for line in self.run.stop_servers():
             self.status(f"[sglang] stopped the shared server of {line}")
+        if self.history.appends and not self.config.option.collectonly:  # a run that ran nothing is no run
+            self._append_history(session)
         path = self.settings.report_path
         if self.shared is not None or not (path or (self._has_benches() and os.environ.get("GITHUB_STEP_SUMMARY"))):
             return  # an xdist worker's figures are written by the controller, with every other worker's
@@ -321,6 +373,17 @@ class SGLangPlugin:
             write_html(json_path.with_suffix(".html"), report)
         if self._has_benches():
             append_step_summary(report)
+
+    def _append_history(self, session: pytest.Session) -> None:
+        """This run into the history (once, by the process that holds every worker's results)."""
+        checker = self.measure.checker
+        self.history.append(self.report(), commit=checker.commit, time=self.started,
+                            exit_status=int(session.exitstatus), machine_of=lambda v: checker.machine(v).key,
+                            ab=self.ledger.ab, versions=self.ledger.server_versions)
+        if self.history.error is not None:
+            self.status(f"[sglang] ERROR: --sglang-history: this run was not appended: {self.history.error}")
+            if session.exitstatus == pytest.ExitCode.OK:
+                session.exitstatus = pytest.ExitCode.TESTS_FAILED  # a CI job must not pass having lost its figures
 
     def _has_benches(self) -> bool:
         return bool(self.ledger.benches or self.ledger.ab or self.run.bench_count)

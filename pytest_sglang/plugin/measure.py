@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from pytest_sglang.baseline.engine import ABComparison
     from pytest_sglang.bench import BenchResult
     from pytest_sglang.bench.ab import ABResult
+    from pytest_sglang.plugin.history import SessionHistory
     from pytest_sglang.plugin.settings import Settings
     from pytest_sglang.server import ServerHandle
     from pytest_sglang.server.pool import ServerPool
@@ -25,8 +26,10 @@ if TYPE_CHECKING:
 class Measurements:
     """The session's benchmarks and baseline checks, recorded in its ledger."""
 
-    def __init__(self, settings: Settings, ledger: SessionLedger, shared: SharedServers | None) -> None:
+    def __init__(self, settings: Settings, ledger: SessionLedger, shared: SharedServers | None,
+                 history: SessionHistory) -> None:
         self.settings = settings
+        self.history = history
         self.ledger = ledger
         self.shared = shared
         self._checker: BaselineChecker | None = None
@@ -36,12 +39,13 @@ class Measurements:
     @property
     def checker(self) -> BaselineChecker:
         if self._checker is None:
-            from pytest_sglang.baseline import DEFAULT_FILENAME, BaselineChecker, BaselineStore, git_commit
+            from pytest_sglang.baseline import DEFAULT_FILENAME, BaselineChecker, BaselineStore
+            from pytest_sglang.baseline.machine import run_commit
 
             s = self.settings
             self._checker = BaselineChecker(
                 BaselineStore(s.baseline_path or s.rootdir / DEFAULT_FILENAME), update=s.update_baseline,
-                strict=s.baseline_strict, commit=git_commit(s.rootdir), gate_defaults=s.gate_defaults,
+                strict=s.baseline_strict, commit=run_commit(s.rootdir), gate_defaults=s.gate_defaults,
                 fail_not_judged=s.fail_not_judged)
         return self._checker
 
@@ -60,19 +64,20 @@ class Measurements:
         from pytest_sglang.errors import BenchmarkFailedError
         from pytest_sglang.report import junit_properties
 
-        self.server_label(server)
+        label = self.server_label(server)
+        machine_key = (server.machine(label) or self.checker.machine(label)).key
         test_id = strip_param(request.node.nodeid, server.profile)
         try:
             result = run_bench(server, **kwargs)
         except BenchmarkFailedError as exc:
             if exc.result is not None:
-                self.ledger.add_bench(server.profile, test_id, request.node.nodeid, exc.result)
+                self.ledger.add_bench(server.profile, test_id, request.node.nodeid, exc.result, machine_key)
                 request.node.user_properties.extend(junit_properties(exc.result))  # sglang_gate: not-judged
             server.check_alive(wait=5.0)  # requests that failed as the server died: report the death
             fail_with(exc)
         if result.connection_errors:
             server.check_alive(wait=5.0)
-        self.ledger.add_bench(server.profile, test_id, request.node.nodeid, result)
+        self.ledger.add_bench(server.profile, test_id, request.node.nodeid, result, machine_key)
         if self.shared is not None:
             from pytest_sglang.exchange import PublishedBench
 
@@ -97,10 +102,12 @@ class Measurements:
                         "startup time to check or record")
         label = self.server_label(server) if server is not None else self.ledger.server_versions.get(profile)
         self.checked = True
+        test_id = strip_param(request.node.nodeid, profile)
+        machine = (server.machine(label) if server is not None else None) or self.checker.machine(label)
         try:
-            comp = self.checker.check(result, tolerances, profile=profile,
-                                      test_id=strip_param(request.node.nodeid, profile), server=label,
-                                      machine=server.machine(label) if server is not None else None)
+            past = self.history.past_runs(result, profile=profile, test_id=test_id, machine=machine.key)
+            comp = self.checker.check(result, tolerances, profile=profile, test_id=test_id, server=label,
+                                      machine=machine, history=past)
         except BaselineError as exc:
             fail_with(exc)
         entries = [b for b in self.ledger.entries_for(request.node.nodeid) if b.result is result]
@@ -132,6 +139,7 @@ class Measurements:
         confidence, max_cv = gate_options(self.settings.gate_defaults)
         gate = {"confidence": confidence, "max_cv_pct": max_cv}
         live: dict[str, ServerHandle] = {}
+        machine_keys: dict[str, str] = {}  # profile -> where its rounds ran (each side's server version)
 
         def switch(profile: str) -> None:
             live.clear()
@@ -139,6 +147,9 @@ class Measurements:
 
         def run_round(profile: str, warm: int) -> BenchResult:
             server = live[profile]
+            if profile not in machine_keys:
+                label = self.server_label(server)
+                machine_keys[profile] = (server.machine(label) or self.checker.machine(label)).key
             try:
                 return run_bench(server, warmup=warm, profile=profile, **workload)
             except BenchmarkFailedError as exc:
@@ -146,25 +157,32 @@ class Measurements:
                     handle.check_alive(wait=5.0)  # requests that failed as a server died: report the death
                 fail_with(exc)
 
+        def pair_started() -> None:
+            from pytest_sglang.bench.cache import PROMPT_SETS
+
+            PROMPT_SETS.align(handle.base_url for handle in live.values())  # cache="fresh": one prompt set a pair
+
         try:
             if together:
                 live.update(zip(pair, pool.acquire(pair), strict=True))
-                result = run_interleaved(first, second, run_round, rounds=rounds, warmup=warmup, **gate)
+                result = run_interleaved(first, second, run_round, rounds=rounds, warmup=warmup,
+                                         pair_started=pair_started, **gate)
             else:
                 result = run_bracketed(first, second, run_round, rounds=rounds, warmup=warmup, switch=switch,
                                        **gate)
         except PluginError as exc:
             fail_with(exc)
-        self._instance_noise(result, {**workload, "rounds": rounds, **({} if together else {"bracketed": True})},
-                             live.get(first) or next(iter(live.values())))
+        key = self._instance_noise(result, {**workload, "rounds": rounds,
+                                            **({} if together else {"bracketed": True})},
+                                   live.get(first) or next(iter(live.values())))
         result.on_check = lambda outcome: self._ab_checked(request, outcome)
-        self.ledger.add_ab(request.node.nodeid, result)
+        self.ledger.add_ab(request.node.nodeid, result, machine_keys=machine_keys, workload=key)
         request.node.user_properties.extend(ab_properties(result))
         return result
 
-    def _instance_noise(self, result: ABResult, workload: dict[str, Any], server: ServerHandle) -> None:
+    def _instance_noise(self, result: ABResult, workload: dict[str, Any], server: ServerHandle) -> str:
         """Hand the A/B its recorded A/A runs (before this one is added); record this one if it is an A/A run
-        under --sglang-update-baseline."""
+        under --sglang-update-baseline. Returns the workload's key (the history's too)."""
         from pytest_sglang.baseline.store import workload_key
         from pytest_sglang.bench.ab import aa_log_ratios, noise_hint
         from pytest_sglang.errors import BaselineError
@@ -182,6 +200,7 @@ class Measurements:
                 store.record_instance_noise(machine, key, aa_log_ratios(result))
         except BaselineError as exc:
             fail_with(exc)
+        return key
 
     def _ab_checked(self, request: pytest.FixtureRequest, outcome: ABComparison) -> None:
         import warnings

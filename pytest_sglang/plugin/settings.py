@@ -3,7 +3,7 @@ the one Settings object read from them: the command line wins over [tool.pytest.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -12,9 +12,9 @@ import pytest
 # Options a project may also set in its ini file (e.g. [tool.pytest.ini_options] sglang_profile = "base"); each
 # ini name is the option's dest. Path values in the ini file are relative to that file.
 INI_OPTIONS = ("sglang_profile", "sglang_baseline", "sglang_report", "sglang_log_dir", "sglang_max_cv",
-               "sglang_confidence", "sglang_not_judged")
+               "sglang_confidence", "sglang_not_judged", "sglang_history")
 NOT_JUDGED_CHOICES = ("warn", "fail")
-INI_PATHS = ("sglang_baseline", "sglang_report", "sglang_log_dir")
+INI_PATHS = ("sglang_baseline", "sglang_report", "sglang_log_dir", "sglang_history")
 
 OPTIONS: tuple[tuple[str, dict[str, Any]], ...] = (
     ("--sglang-profile", dict(
@@ -82,11 +82,16 @@ OPTIONS: tuple[tuple[str, dict[str, Any]], ...] = (
     ("--sglang-confidence", dict(
         default=None, metavar="PCT",
         help="Default for every baseline check that sets no confidence of its own: how sure a regression "
-             "must be before it fails (50%% to 99.9%%, default 95%%).")),
+             "must be before it fails (at least 50%% and below 100%%, e.g. 99.9%%; default 95%%).")),
     ("--sglang-report", dict(
         default=None, metavar="PATH",
         help="Write a JSON report of every profile's startup and benchmark figures to PATH (schema: "
              "docs/report-schema.md), and an HTML page with a tok/s chart next to it (PATH with .html).")),
+    ("--sglang-history", dict(
+        default=None, metavar="PATH",
+        help="Append this run's figures (per profile, test, machine and workload: every round, the commit, the "
+             "time, the outcome) to the SQLite run history at PATH, created if missing, and find the steps in "
+             "its series (`python -m pytest_sglang.history PATH` prints them). Nothing is written without it.")),
 )
 
 
@@ -97,6 +102,16 @@ def add_options(parser: pytest.Parser) -> None:
         dest = name.lstrip("-").replace("-", "_")
         if dest in INI_OPTIONS:
             parser.addini(dest, help=kwargs["help"].replace("%%", "%"), default="")
+    parser.addini("sglang_require_profile", type="bool", default=False,
+                  help="Make a run whose server tests would all skip (no --sglang-profile or --sglang-url given) a "
+                       "usage error instead of a green run that tested nothing.")
+
+
+def origin_of(config: pytest.Config, dest: str) -> str:
+    """Who gave an option's value, as a message names it: ``--sglang-max-cv`` or ``ini option sglang_max_cv``."""
+    if config.getoption(dest) not in (None, []) or dest not in INI_OPTIONS:
+        return "--" + dest.replace("_", "-")
+    return f"ini option {dest}"
 
 
 def _option_or_ini(config: pytest.Config, dest: str) -> Any:
@@ -143,6 +158,12 @@ class Settings:
     fail_not_judged: bool = False  # --sglang-not-judged=fail
     not_judged_option: str | None = None  # as given (the command line's, else the ini file's)
     empty_profile_option: bool = False  # --sglang-profile was given but names nothing (e.g. an unset CI variable)
+    history_path: Path | None = None  # --sglang-history: the run history store
+    empty_history_option: bool = False  # --sglang-history= was given empty (an unset CI variable)
+    origins: dict[str, str] = field(default_factory=dict)  # option dest -> who gave it (origin_of)
+    show: bool = False  # --sglang-show
+    require_profile: bool = False  # ini sglang_require_profile
+    stop: bool = False  # --sglang-stop
 
     @classmethod
     def from_config(cls, config: pytest.Config) -> Settings:
@@ -165,10 +186,16 @@ class Settings:
             update_baseline=opt("sglang_update_baseline"),
             baseline_strict=opt("sglang_baseline_strict"),
             report_path=_option_or_ini(config, "sglang_report"),
+            history_path=Path(history).resolve() if (history := _option_or_ini(config, "sglang_history")) else None,
             gate_defaults={name: value for name, value in (("max_cv", _option_or_ini(config, "sglang_max_cv")),
                                                            ("confidence", _option_or_ini(config, "sglang_confidence")))
                            if value is not None},
             empty_profile_option=bool(given) and not raw,
+            empty_history_option=opt("sglang_history") is not None and not str(opt("sglang_history")).strip(),
+            origins={dest: origin_of(config, dest) for dest in INI_OPTIONS},
+            show=opt("sglang_show"),
+            require_profile=bool(config.getini("sglang_require_profile")),
+            stop=opt("sglang_stop"),
             fail_not_judged=_option_or_ini(config, "sglang_not_judged") == "fail",
             not_judged_option=_option_or_ini(config, "sglang_not_judged"),
         )
@@ -179,6 +206,10 @@ class Settings:
             return ("--sglang-profile was given but names no profile (an unset CI variable, e.g. "
                     "--sglang-profile=$PROFILE?): every server test would be skipped and the run pass having tested "
                     "nothing. Pass --sglang-profile=NAME, or leave the option out.")
+        if self.empty_history_option:
+            return ("--sglang-history was given but names no file (an unset CI variable, e.g. "
+                    "--sglang-history=$HISTORY?): this run's figures would be recorded nowhere. Pass "
+                    "--sglang-history=PATH, or leave the option out.")
         if self.startup_timeout is not None and not 0 < self.startup_timeout < float("inf"):
             return (f"--sglang-startup-timeout={self.startup_timeout:g} is not a number of seconds above 0: pass "
                     "e.g. --sglang-startup-timeout=600, or leave it out for each profile's startup_timeout.")
@@ -196,14 +227,17 @@ class Settings:
                     "server. Pass at most one --sglang-profile with --sglang-url.")
         if self.url and self.reuse:
             return "--sglang-reuse keeps servers this run launches; with --sglang-url nothing is launched."
-        if self.gate_defaults:
+        for name, value in self.gate_defaults.items():
             from pytest_sglang.baseline.checks import gate_options
             from pytest_sglang.errors import BaselineError
 
             try:
-                gate_options(self.gate_defaults)
+                gate_options({name: value})
             except BaselineError as exc:
-                return f"--sglang-max-cv / --sglang-confidence: {exc}"
+                return f"{self.origins.get('sglang_' + name, '--sglang-' + name.replace('_', '-'))}: {exc}"
+        conflict = self.conflict()
+        if conflict:
+            return conflict
         if self.not_judged_option is not None and self.not_judged_option not in NOT_JUDGED_CHOICES:
             return (f"sglang_not_judged = {self.not_judged_option!r} is not one of {', '.join(NOT_JUDGED_CHOICES)}: "
                     "set it to warn (a check that could not judge passes with a warning) or fail.")
@@ -217,6 +251,22 @@ class Settings:
             env_knobs()
         except EnvKnobError as exc:
             return str(exc)
+        return None
+
+    def conflict(self) -> str | None:
+        """Two options that cannot both be meant: say which wins nothing and what to pass."""
+        if self.url and self.sim:
+            return (f"--sglang-url attaches to the server running at {self.url}, --sglang-sim launches the simulator "
+                    "instead of a server: pass one of them (the simulator: drop --sglang-url).")
+        if self.show and self.stop:
+            return ("--sglang-show prints the profiles without launching, --sglang-stop stops kept servers: run them "
+                    "one at a time.")
+        strict = [name for name, on in (("--sglang-baseline-strict", self.baseline_strict),
+                                        (self.origins.get("sglang_not_judged", "--sglang-not-judged") + "=fail",
+                                         self.fail_not_judged)) if on]
+        if self.update_baseline and strict:
+            return (f"--sglang-update-baseline records figures instead of comparing them, so {strict[0]} (which "
+                    "fails comparisons that could not judge) would do nothing: drop one of them.")
         return None
 
     def make_log_dir(self) -> Path:

@@ -28,6 +28,7 @@ from pytest_sglang.launch.plan import (
     LaunchPlan,
     launch_problems,
     plan_launch,
+    real_launch_problems,
     register_profile_secrets,
 )
 from pytest_sglang.plugin.settings import Settings
@@ -40,7 +41,9 @@ def show_profiles(settings: Settings, write: Callable[[str], None]) -> int:
     """Write each selected profile (every defined one if none is selected); 0 if each can be planned, 1 if
     one cannot (its problem is shown), 4 for an unknown profile or a broken profiles file."""
     try:
-        profiles = load_profiles(settings.rootdir, settings.config_path)
+        profiles = load_profiles(settings.rootdir, settings.config_path, keep_going=True)
+        if profiles.broken and not settings.profiles:
+            raise ProfileError(profiles.mistakes())  # showing every profile: each one's mistakes, in one pass
         chosen = (profiles.select(list(settings.profiles)) if settings.profiles
                   else list(profiles.profiles.values()))
     except ProfileError as exc:
@@ -98,6 +101,7 @@ def profile_lines(profile: Profile, settings: Settings) -> tuple[list[str], bool
         problems += launch_problems(plan)
     except ProfileError as exc:
         problems.append(str(exc))
+    later = real_launch_problems(profile, state_dir() / "logs" / "NEW-RUN-FOLDER") if settings.sim else []
     rows = [("kind", profile.kind + (" (the bundled simulator runs it: --sglang-sim)" if settings.sim else ""))]
     if plan is not None and profile.slurm is not None:
         try:
@@ -126,6 +130,7 @@ def profile_lines(profile: Profile, settings: Settings) -> tuple[list[str], bool
         where = "" if log_dir else " (NEW-RUN-FOLDER: a new folder for each run)"
         rows.append(("log", f"{plan.log_path}{where}"))
     rows += [("problem", problem) for problem in problems]
+    rows += [("warning", f"without --sglang-sim: {problem}") for problem in later]
     width = max(len(label) for label, _ in rows)
     return [f"profile {profile.name}"] + [f"  {label.ljust(width)}  {text}" for label, text in rows], not problems
 

@@ -16,7 +16,7 @@ from pytest_sglang.session import SessionLedger
 SCHEMA = "pytest-sglang-report"
 SCHEMA_VERSION = 1
 _CHECK_DETAIL = ("rounds", "baseline_rounds", "method", "p_value", "ci_pct", "cv_pct", "baseline_cv_pct", "reason",
-                 "sessions")
+                 "sessions", "detectable_pct", "history")
 
 
 def _baseline_view(comps: Iterable[Comparison]) -> dict[str, Any]:
@@ -113,12 +113,14 @@ def build_report(ledger: SessionLedger, *, machine: Machine | None = None, commi
                 "test_id": b.test_id,
                 "nodeid": b.nodeid,
                 "outcome": b.outcome,
+                "machine_key": b.machine_key,
                 "gate": gate,
                 "gate_reason": reason,
                 "result": b.result.to_dict(),
                 "telemetry": b.result.telemetry,
                 "baseline": _baseline_view(b.comparisons),
-                "notes": [n for c in b.comparisons for n in c.notes],
+                "notes": ([b.result.cache_note] if b.result.cache_note else []) + [n for c in b.comparisons
+                                                                                   for n in c.notes],
                 "warnings": [w for c in b.comparisons for w in c.warnings],
             })
         server_gate, server_reason = _profile_gate(record, server_checks)

@@ -104,6 +104,21 @@ def _telemetry_lines(report: dict[str, Any]) -> list[str]:
     return out
 
 
+def _cache_lines(report: dict[str, Any]) -> list[str]:
+    """Per benchmark whose server said: ``p test_x: cache='fresh', the server's hit rate per round 0% 0% 0%``
+    (its prefix-cache hits over the prompt tokens, bench/cache.py)."""
+    out = []
+    for name, prof in report["profiles"].items():
+        for bench in prof["benchmarks"]:
+            r = bench["result"]
+            rates = [x.get("server_cache_hit_rate") for x in r.get("rounds") or [r]]
+            if any(x is not None for x in rates):
+                shown = " ".join("-" if x is None else f"{x:.0%}" for x in rates)
+                out.append(f"{name} {_test_label(bench)}: cache={r.get('cache')!r}, the server's hit rate per "
+                           f"round {shown}")
+    return out
+
+
 def gate_lines(report: dict[str, Any]) -> list[str]:
     """``gate: 1 regressed, 2 not judged, 3 passed``, then one line per test that regressed or was not judged."""
     g = report.get("gate") or {}
@@ -156,6 +171,7 @@ def terminal_lines(report: dict[str, Any]) -> list[str]:
             out.append(f"{name} sweep {sweep['test_id'].rsplit('::', 1)[-1]} over {sweep['param']}{knee}: {curve}")
         out += [f"note: {note}" for note in _notes(name, prof, report)]
     out += [f"telemetry: {line}" for line in _telemetry_lines(report)]
+    out += [f"prefix cache: {line}" for line in _cache_lines(report)]
     return out + ab_lines(report) + gate_lines(report)
 
 
@@ -195,6 +211,10 @@ def markdown(report: dict[str, Any]) -> str:
     if telemetry:
         lines += ["", "GPU and server telemetry (medians of the rounds):", ""]
         lines += [f"- {line}" for line in telemetry]
+    cached = _cache_lines(report)
+    if cached:
+        lines += ["", "Prefix cache (the server's hits over the prompt tokens):", ""]
+        lines += [f"- {line}" for line in cached]
     ab_shown = ab_lines(report)
     if ab_shown:
         lines += ["", *(f"- {line}" for line in ab_shown)]

@@ -28,6 +28,7 @@ class ServerPool:
         self._launch = launch
         self._adopted: dict[str, ServerHandle] = {}
         self._owned: dict[str, ServerHandle] = {}
+        self._failed: dict[tuple[str, ...], str] = {}  # profiles that failed to start together -> why
 
     def adopt(self, handle: ServerHandle) -> None:
         self._adopted[handle.profile] = handle
@@ -42,7 +43,12 @@ class ServerPool:
     def acquire(self, profiles: Sequence[str]) -> list[ServerHandle]:
         """A live handle for each of ``profiles``, all alive at once: reused where one is open, launched in
         order otherwise, after stopping the pool's servers of other profiles. A launch that fails stops what this
-        call launched and raises ABStartupError naming the profile and what to change."""
+        call launched and raises ABStartupError naming the profile and what to change. Profiles that failed to
+        start together are not launched together again in this session (each later test of the pair would wait
+        the startup out again: 70 s a test for a model that fills the GPU): the same error, at once."""
+        earlier = self._failed.get(tuple(profiles))
+        if earlier is not None:
+            raise ABStartupError(f"not launched again (it failed earlier in this session): {earlier}")
         self.release(keep=profiles)
         handles: list[ServerHandle] = []
         launched: list[str] = []
@@ -57,9 +63,11 @@ class ServerPool:
                     running = [p for p in profiles if p != profile and p not in launched]
                     beside = f" while {', '.join(running)} {'was' if len(running) == 1 else 'were'} running" \
                         if running and len(profiles) > 1 else ""
-                    raise ABStartupError(f"A/B {' vs '.join(profiles)}: the server of profile {profile!r} failed "
-                                         f"to start{beside}. {STARTUP_ADVICE if len(profiles) > 1 else ''}"
-                                         f"\n\n{str(exc).strip()}") from exc
+                    error = ABStartupError(f"A/B {' vs '.join(profiles)}: the server of profile {profile!r} "
+                                           f"failed to start{beside}. {STARTUP_ADVICE if len(profiles) > 1 else ''}"
+                                           f"\n\n{str(exc).strip()}")
+                    self._failed[tuple(profiles)] = str(error)
+                    raise error from exc
                 self._owned[profile] = handle
                 launched.append(profile)
             handles.append(handle)

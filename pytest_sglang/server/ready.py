@@ -58,6 +58,14 @@ class HealthCheck(Protocol):
 
     def describe(self, now: float) -> str | None: ...
 
+    def refusing_for(self, now: float) -> float | None: ...
+
+    @property
+    def last_status(self) -> int | None: ...
+
+
+RETRYABLE_4XX = (408, 425, 429)  # timeout, too early, too many requests: a server still starting may say these
+
 
 class Probe:
     """An HTTP GET that must answer 200; remembers what it got last, for the error message.
@@ -89,6 +97,14 @@ class Probe:
             return None
         got = f"answered {self.last_status}" if self.last_status is not None else f"got {self.last}"
         return f"GET {self.path} {got} for {now - self._same_since:.0f} s"
+
+    def refusing_for(self, now: float) -> float | None:
+        """How long the probe has got the same client error (a 4xx that waiting does not change: a wrong path,
+        a missing key), or None: a server answering that is up, so no startup log line will mend it."""
+        status = self.last_status
+        if status is None or not 400 <= status < 500 or status in RETRYABLE_4XX or self._same_since is None:
+            return None
+        return now - self._same_since
 
     @property
     def url(self) -> str:
@@ -237,7 +253,8 @@ class _Verdicts:
         self.member_died_at: float | None = None
         self.last_peer_probe = -PROBE_EVERY_SECONDS
         self.conditions: tuple[Callable[[float], ServerStartupError | None], ...] = (
-            self.exited, self.peer_crashed, self.crashed, self.member_died, self.timed_out, self.stalled)
+            self.exited, self.peer_crashed, self.crashed, self.member_died, self.timed_out, self.refused,
+            self.stalled)
 
     def failure(self, now: float) -> ServerStartupError | None:
         for condition in self.conditions:
@@ -293,6 +310,24 @@ class _Verdicts:
 
     def timed_out(self, now: float) -> ServerStartupError | None:
         return _timeout(self.wait, now) if now - self.wait.started_at > self.wait.timeout else None
+
+    def refused(self, now: float) -> ServerStartupError | None:
+        """The probe has got the same client error for stall_timeout while the server lives: it is up and says
+        no, and its log (its own access lines among it) will keep moving while nothing changes."""
+        wait = self.wait
+        probe = wait.probe
+        refusing = probe.refusing_for(now) if probe is not None else None
+        if refusing is None or wait.stall_timeout is None or refusing < wait.stall_timeout:
+            return None
+        assert probe is not None
+        return ServerStartupError(
+            f"GET {probe.path} answered {probe.last_status} for {refusing:.0f} s while the server ran: is "
+            f"health_path right? (stall_timeout {wait.stall_timeout:g} s)",
+            profile=wait.template.profile, log_path=wait.template.log_path, diagnosis=_diagnosis(wait, None),
+            elapsed=now - wait.started_at, command=wait.command,
+            hints=[f"set the profile's health_path to a path that answers 200 once the server is ready (it answered "
+                   f"{probe.url} with {probe.last_status})",
+                   "a 401 or 403: give the profile's api_key (or the server's key in its env)"])
 
     def stalled(self, now: float) -> ServerStartupError | None:
         """A node that has logged nothing for stall_timeout. Of several silent nodes the one furthest behind is

@@ -9,6 +9,7 @@ import uuid
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler
 from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qs, urlsplit
 
 from pytest_sglang.sim.bodies import (
     BadRequest,
@@ -25,6 +26,7 @@ from pytest_sglang.sim.engine import (
     count_prompt_tokens,
     detokenize,
     output_tokens,
+    prompt_seed,
     top_candidates,
 )
 from pytest_sglang.sim.metrics import detokenize_any, tokenize
@@ -90,13 +92,14 @@ class Handler(BaseHTTPRequestHandler):
         self.requests_read += 1
         return super().parse_request()
 
-    def traced(self, started: float, times: list[float], tokens: int) -> None:
+    def traced(self, started: float, times: list[float], tokens: int, prompt: object) -> None:
         """The request_trace knob's line for a streamed request that has been answered in full; ``accepted``
-        only on the connection's first request (later ones did not wait for an accept)."""
+        only on the connection's first request (later ones did not wait for an accept); ``prompt``: its prompt's
+        fingerprint (engine.prompt_seed), to tell which requests sent the same prompt."""
         if self.sim.trace is not None and not self.is_warmup:
             self.sim.trace.record(path=self.path, accepted=self.accepted_at if self.requests_read == 1 else None,
                                   arrived=self.arrived, handled=started, chunks=times, written=time.monotonic(),
-                                  tokens=tokens)
+                                  tokens=tokens, prompt=prompt_seed(prompt))
 
     # -- plumbing -----------------------------------------------------------------------------------------
     def send_head(self, status: int, ctype: str, length: int | None) -> None:
@@ -203,7 +206,25 @@ class Handler(BaseHTTPRequestHandler):
         self.send_json(200, self.sim.server_info())
 
     def flush_cache(self, body: dict[str, Any]) -> None:
-        self.send_text(200, FLUSH_BODY)
+        """SGLang's: flushed only when nothing runs or waits, else 400; ``?timeout=S`` (0.5.23) waits up to S
+        seconds for that before it answers "Timed out waiting for idle state."."""
+        query = parse_qs(urlsplit(self.path).query)
+        try:
+            wait = float(query.get("timeout", ["0"])[0])
+        except ValueError:
+            self.send_json(422, {"detail": "timeout must be a number"})
+            return
+        if self.sim.flush_when_idle(wait):
+            self.send_text(200, FLUSH_BODY)
+        else:
+            self.send_text(400, "Timed out waiting for idle state." if wait > 0 else "Flush cache failed.\n")
+
+    def reset_prefix_cache(self, body: dict[str, Any]) -> None:
+        """vLLM's (VLLM_SERVER_DEV_MODE=1): ``{"success": false}`` while requests hold blocks."""
+        if self.sim.knobs.metrics_format != "vllm":
+            self.send_json(404, {"detail": "Not Found"})  # an SGLang server has no such route
+            return
+        self.send_json(200, {"success": self.sim.flush_when_idle(0.0)})
 
     def metrics(self, body: dict[str, Any]) -> None:
         """Prometheus text: SGLang's only under --enable-metrics (404 otherwise), vLLM's always."""
@@ -233,19 +254,19 @@ class Handler(BaseHTTPRequestHandler):
             "root": a.model_path, "max_model_len": a.context_length}]})
 
     # -- generation ---------------------------------------------------------------------------------------
-    def generate_one(self, prompt: object, n: int) -> tuple[list[int], float, int]:
-        """Run one non-streamed request to its end: (output ids, e2e seconds, verify steps)."""
+    def generate_one(self, prompt: object, n: int) -> tuple[list[int], float, int, int]:
+        """Run one non-streamed request to its end: (output ids, e2e seconds, verify steps, cached tokens)."""
         start = time.monotonic()
         tokens = self.outputs(prompt, n)
-        self.sim.prefill_line(count_prompt_tokens(prompt))
+        cached = self.sim.prefill(prompt)
         steps = 0
         times = []
         for ids, _last in self.sim.engine.stream(tokens):
             steps += 1
             times.append(time.monotonic())
             self.sim.tokens_out += len(ids)
-        self.finished(prompt, len(tokens), steps, start, times)
-        return tokens, time.monotonic() - start, steps
+        self.finished(prompt, len(tokens), steps, start, times, cached)
+        return tokens, time.monotonic() - start, steps, cached
 
     def outputs(self, prompt: object, n: int) -> list[int]:
         """The greedy output; token ids the model lacks are answered 400, as vLLM answers them."""
@@ -255,23 +276,25 @@ class Handler(BaseHTTPRequestHandler):
                 raise BadRequest(f"Token id {bad[0]} is out of vocabulary")
         return output_tokens(prompt, n, self.sim.knobs.output_variant)
 
-    def finished(self, prompt: object, n_out: int, steps: int, start: float, times: list[float]) -> None:
-        """Count a finished request in /metrics (times: when each chunk left)."""
+    def finished(self, prompt: object, n_out: int, steps: int, start: float, times: list[float],
+                 cached: int) -> None:
+        """Count a finished request in /metrics (times: when each chunk left; cached: its prompt tokens that
+        came from the prefix cache)."""
         self.sim.metrics.finished(
-            prompt_tokens=count_prompt_tokens(prompt), generation_tokens=n_out,
+            prompt_tokens=count_prompt_tokens(prompt), generation_tokens=n_out, cached_tokens=cached,
             verify_steps=steps if self.sim.args.speculative else None,
             ttft=times[0] - start if times else None, itls=[b - a for a, b in zip(times, times[1:], strict=False)],
             e2e=time.monotonic() - start)
 
     def meta(self, rid: str, prompt: object, out: list[int], n: int, steps: int,
-             e2e: float | None) -> dict[str, Any]:
+             e2e: float | None, cached: int = 0) -> dict[str, Any]:
         m: dict[str, Any] = {
             "id": rid,
             "finish_reason": {"type": "length", "length": n} if e2e is not None else None,
             "prompt_tokens": count_prompt_tokens(prompt),
             "weight_version": "default",
             "completion_tokens": len(out),
-            "cached_tokens": 0,
+            "cached_tokens": cached,
         }
         if e2e is not None:
             m["e2e_latency"] = e2e
@@ -301,9 +324,9 @@ class Handler(BaseHTTPRequestHandler):
             results: list[Any] = [None] * len(prompt)
 
             def one(i: int, p: object) -> None:
-                out, e2e, steps = self.generate_one(p, n)
+                out, e2e, steps, cached = self.generate_one(p, n)
                 results[i] = {"text": detokenize(out), "output_ids": out,
-                              "meta_info": {**self.meta(uuid.uuid4().hex, p, out, n, steps, e2e),
+                              "meta_info": {**self.meta(uuid.uuid4().hex, p, out, n, steps, e2e, cached),
                                             **native_logprobs(body, self.candidates(p, n))}}
 
             threads = [threading.Thread(target=one, args=(i, p), daemon=True) for i, p in enumerate(prompt)]
@@ -313,9 +336,9 @@ class Handler(BaseHTTPRequestHandler):
                 t.join()
             self.send_json(200, results)
         else:
-            out, e2e, steps = self.generate_one(prompt, n)
+            out, e2e, steps, cached = self.generate_one(prompt, n)
             self.send_json(200, {"text": detokenize(out), "output_ids": out,
-                                 "meta_info": {**self.meta(uuid.uuid4().hex, prompt, out, n, steps, e2e),
+                                 "meta_info": {**self.meta(uuid.uuid4().hex, prompt, out, n, steps, e2e, cached),
                                                **native_logprobs(body, self.candidates(prompt, n))}})
         self.sim.request_done(self.is_warmup)
 
@@ -328,7 +351,7 @@ class Handler(BaseHTTPRequestHandler):
         rid = uuid.uuid4().hex
         start = time.monotonic()
         tokens = self.outputs(prompt, n)
-        self.sim.prefill_line(count_prompt_tokens(prompt))
+        cached = self.sim.prefill(prompt)
         self.send_head(200, "text/event-stream", None)
         out: list[int] = []
         text = ""  # the text so far, as SGLang streams it: grown by each chunk's words, not redone
@@ -343,14 +366,15 @@ class Handler(BaseHTTPRequestHandler):
                 times.append(time.monotonic())
                 self.sim.tokens_out += len(ids)
                 if last:
-                    self.finished(prompt, len(out), steps, start, times)
+                    self.finished(prompt, len(out), steps, start, times, cached)
                 event = {"text": text, "output_ids": ids,
-                         "meta_info": self.meta(rid, prompt, out, n, steps, time.monotonic() - start if last else None)}
+                         "meta_info": self.meta(rid, prompt, out, n, steps, time.monotonic() - start if last else None,
+                                                cached)}
                 if last:
                     self.end_sse(event)
                 else:
                     self.sse(event)
-            self.traced(start, times, len(out))
+            self.traced(start, times, len(out), prompt)
         finally:
             gen.close()
 
@@ -389,7 +413,7 @@ class Handler(BaseHTTPRequestHandler):
             choices = []
             total_out = 0
             for i, p in enumerate(prompts):
-                out, _e2e, _steps = self.generate_one(p, n)
+                out, _e2e, _steps, _cached = self.generate_one(p, n)
                 total_out += len(out)
                 text = detokenize(out)
                 if chat:
@@ -408,7 +432,7 @@ class Handler(BaseHTTPRequestHandler):
         start = time.monotonic()
         tokens = self.outputs(prompt, n)
         n_prompt = count_prompt_tokens(prompt)
-        self.sim.prefill_line(n_prompt)
+        cached = self.sim.prefill(prompt)
         self.send_head(200, "text/event-stream", None)
         obj = "chat.completion.chunk" if chat else "text_completion"
         head = {"id": cid, "object": obj, "created": created, "model": model}
@@ -430,7 +454,7 @@ class Handler(BaseHTTPRequestHandler):
                         {**head, "choices": [self.openai_choice(text, chat=chat, first=True, last=False)],
                          "usage": None}).encode()))
                     continue
-                self.finished(prompt, sent, steps, start, times)
+                self.finished(prompt, sent, steps, start, times, cached)
                 closing = [{**head, "choices": [self.openai_choice(text, chat=chat, first=steps == 1, last=True)],
                             "usage": None}]
                 if spec_details and self.sim.args.speculative:  # SGLang's sglext chunk, at response level
@@ -439,7 +463,7 @@ class Handler(BaseHTTPRequestHandler):
                 if include_usage:
                     closing.append({**head, "choices": [], "usage": usage(n_prompt, sent)})
                 self.end_sse(*closing)
-            self.traced(start, times, sent)
+            self.traced(start, times, sent, prompt)
         finally:
             gen.close()
 
@@ -468,6 +492,7 @@ ROUTES: dict[tuple[str, str], Any] = {
     ("GET", "/get_server_info"): Handler.server_info,
     ("GET", "/flush_cache"): Handler.flush_cache,
     ("POST", "/flush_cache"): Handler.flush_cache,
+    ("POST", "/reset_prefix_cache"): Handler.reset_prefix_cache,
     ("GET", "/v1/models"): Handler.models,
     ("GET", "/metrics"): Handler.metrics,
     ("POST", "/tokenize"): Handler.tokenize,

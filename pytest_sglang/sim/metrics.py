@@ -13,7 +13,11 @@ many generation tokens per request, a miscounting server for the tests of the se
 follow the engine's load as it is at the scrape: requests running and queued (``sglang:num_running_reqs``,
 ``sglang:num_queue_reqs``; ``vllm:num_requests_running``, ``vllm:num_requests_waiting``) and the KV-cache
 usage, each running request holding one ``max_batch``-th of it (``sglang:token_usage``;
-``vllm:kv_cache_usage_perc``).
+``vllm:kv_cache_usage_perc``). The prefix cache (prefix.py), as each server reports it: SGLang
+``sglang:cached_tokens_total{cache_source="device"}``, exported only from the first hit on as SGLang 0.5.23 does
+(a labelled counter appears when first incremented), and the gauge ``sglang:cache_hit_rate`` (the last request's
+share); vLLM ``vllm:prefix_cache_queries_total`` and ``vllm:prefix_cache_hits_total`` (prompt tokens looked up and
+found), always.
 
 Tokenizer (``/tokenize``, ``/detokenize``): a word-level vocabulary of ``vocab_size`` ids (knob, default
 32000): the simulator's output words keep their ids (100 + index), any other word hashes into the rest.
@@ -107,14 +111,18 @@ class Metrics:
         self.generation_tokens = 0
         self.requests = 0
         self.verify_steps = 0
+        self.cached_tokens = 0
+        self.last_hit_rate = 0.0
         self.ttft = _Histogram(TTFT_BUCKETS)
         self.itl = _Histogram(ITL_BUCKETS)
         self.e2e = _Histogram(E2E_BUCKETS)
 
     def finished(self, *, prompt_tokens: int, generation_tokens: int, verify_steps: int | None,
-                 ttft: float | None, itls: Sequence[float], e2e: float) -> None:
+                 ttft: float | None, itls: Sequence[float], e2e: float, cached_tokens: int = 0) -> None:
         with self._lock:
             self.prompt_tokens += prompt_tokens
+            self.cached_tokens += cached_tokens
+            self.last_hit_rate = cached_tokens / prompt_tokens if prompt_tokens else 0.0
             self.generation_tokens += generation_tokens + self.skew
             self.requests += 1
             self.verify_steps += verify_steps or 0
@@ -143,6 +151,9 @@ class Metrics:
         out = self._counter("sglang:prompt_tokens_total", stream, self.prompt_tokens)
         out += self._counter("sglang:generation_tokens_total", stream, self.generation_tokens)
         out += self._counter("sglang:num_requests_total", stream, self.requests)
+        if self.cached_tokens:
+            out += self._counter("sglang:cached_tokens_total", base + ',cache_source="device"', self.cached_tokens)
+        out += self._counter("sglang:cache_hit_rate", base, self.last_hit_rate, "gauge")
         if self.verify_steps:
             out += self._counter("sglang:spec_verify_calls_total", base, self.verify_steps)
         out += self.ttft.lines("sglang:time_to_first_token_seconds", stream)
@@ -155,6 +166,8 @@ class Metrics:
         out = self._counter("vllm:prompt_tokens_total", labels, self.prompt_tokens)
         out += self._counter("vllm:generation_tokens_total", labels, self.generation_tokens)
         out += self._counter("vllm:request_success_total", labels + ',finished_reason="length"', self.requests)
+        out += self._counter("vllm:prefix_cache_queries_total", labels, self.prompt_tokens)
+        out += self._counter("vllm:prefix_cache_hits_total", labels, self.cached_tokens)
         if self.verify_steps:
             # vLLM counts a draft per verify step; the tokens it accepted are the step's tokens but the bonus one.
             accepted = self.generation_tokens - self.skew * self.requests - self.verify_steps

@@ -30,11 +30,13 @@ from pytest_sglang.sim.drift import INSTANCE_ENV, HostSpeed, RunError, SimRun
 from pytest_sglang.sim.engine import (
     Engine,
     Pacing,
+    count_prompt_tokens,
     sleep_until,
 )
 from pytest_sglang.sim.handler import VERSION, WARMUP_HEADER, Handler
 from pytest_sglang.sim.logfmt import Logger, rank_prefix
-from pytest_sglang.sim.metrics import Metrics
+from pytest_sglang.sim.metrics import Metrics, tokenize
+from pytest_sglang.sim.prefix import PrefixCache
 from pytest_sglang.sim.trace import RequestTrace
 
 
@@ -83,6 +85,7 @@ class SimServer:
         self.metrics = Metrics(fmt=knobs.metrics_format, model=args.served_model_name, skew=knobs.metrics_skew,
                                load=lambda: (self.engine.running, self.engine.queued), max_batch=knobs.max_batch)
         self.trace = RequestTrace(knobs.request_trace) if knobs.request_trace else None
+        self.prefix = PrefixCache()
         self.ready = threading.Event()
         self.http_up = False
         self.children: list[subprocess.Popen[bytes]] = []
@@ -301,11 +304,34 @@ class SimServer:
         time.sleep(5.0)  # the rank should have signalled by now; if not, die the same way regardless
         self.on_sigquit(signal.SIGQUIT, None)
 
-    def prefill_line(self, n_prompt: int) -> None:
+    def prefill(self, prompt: object) -> int:
+        """A request's prefill: its tokens looked up in (and then kept by) the prefix cache, SGLang's log line;
+        returns how many came from the cache."""
+        if isinstance(prompt, list) and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
+            ids = list(prompt)
+        else:
+            texts = prompt if isinstance(prompt, list) else [prompt]
+            ids = tokenize(" ".join(t for t in texts if isinstance(t, str)), self.knobs.vocab_size)
+        cached = self.prefix.serve(ids)
         self.rank0_log.line(
-            f"Prefill batch. #new-seq: 1, #new-token: {n_prompt}, #cached-token: 0, token usage: 0.00, "
+            f"Prefill batch. #new-seq: 1, #new-token: {count_prompt_tokens(prompt) - cached}, "
+            f"#cached-token: {cached}, token usage: 0.00, "
             f"#running-req: {self.engine.running}, #queue-req: {self.engine.queued}, "
         )
+        return cached
+
+    def flush_when_idle(self, wait: float) -> bool:
+        """Empty the prefix cache once no request runs or waits, waiting up to ``wait`` seconds for that."""
+        deadline = time.monotonic() + wait
+        while self.engine.running or self.engine.queued:
+            if time.monotonic() >= deadline:
+                self.rank0_log.line(f"Cache not flushed because there are pending requests. #queue-req: "
+                                    f"{self.engine.queued}, #running-req: {self.engine.running}")
+                return False
+            time.sleep(0.01)
+        self.prefix.clear()
+        self.rank0_log.line("Cache flushed successfully!")
+        return True
 
     def decode_stats(self) -> None:
         """SGLang's periodic `Decode batch.` line, every 2 s while requests run."""

@@ -5,8 +5,9 @@ from the client's side. The trace tells them apart: ``arrived`` (the request lin
 headers and body parsed, the route started), ``chunks`` (when each chunk was produced, before its write),
 ``written`` (the last byte of the answer written), and for the first request of a connection ``accepted``
 (when the server's accept loop took the connection: from there to ``arrived`` is the handler thread's start
-and the request's wait in the socket), all ``time.monotonic()`` seconds, the clock
-``time.perf_counter()`` reads on Linux, so a client on the same machine can set them beside its own.
+and the request's wait in the socket), ``prompt`` (a fingerprint of its prompt: equal for equal prompts); the
+times are all ``time.monotonic()`` seconds, the clock ``time.perf_counter()`` reads on Linux, so a client on the
+same machine can set them beside its own.
 """
 
 from __future__ import annotations

@@ -158,9 +158,9 @@ def test_pair(sglang_ab):
 def test_misuse_says_what_to_do(pytester: pytest.Pytester, mark: str, option: str) -> None:
     pytester.makefile(".toml", pyproject=profile_toml("main", mark, sim=FAST) + profile_toml("other", mark, sim=FAST))
     pytester.makepyfile(test_ab=MISUSED)
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--sglang-sim", "--sglang-profile=main,other"
-                                           if option.startswith("-n") else "--sglang-profile=main", option,
-                                           timeout=120)
+    # --sglang-url attaches to a running server: with --sglang-sim beside it the run would be a usage error
+    given = ["--sglang-sim", "--sglang-profile=main,other"] if option.startswith("-n") else ["--sglang-profile=main"]
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-rs", *given, option, timeout=120)
     out = result.stdout.str()
     assert "takes two different profile names and together=True|False, got args ('main',)" in out
     assert "got args ('main', 'main')" in out

@@ -34,7 +34,7 @@ def test_interleaved_warms_each_side_then_pairs_rounds() -> None:
     assert r.ratio["median_itl_ms"] == pytest.approx(1 / 0.9, abs=0.01)
     assert r.check(output_throughput="5%").gate == "regressed"
     assert r.judge(output_throughput="5%", confidence="101%").errors == [
-        "confidence must be between 50% and 100%, got '101%'"]
+        "confidence must be at least 50% and below 100% (e.g. 95% or 99.9%), got '101%'"]
     assert r.to_dict()["checks"][0]["gate"] == "regressed"  # check() records, judge() does not
 
 

@@ -86,6 +86,13 @@ class FakeProbe:
     def describe(self, now: float) -> str | None:
         return None if self.last is None else f"GET {self.path} got {self.last}"
 
+    @property
+    def last_status(self) -> int | None:
+        return None if self.last is None else int(self.last.split()[-1])
+
+    def refusing_for(self, now: float) -> float | None:
+        return None  # it answers 503 (starting) or 200
+
 
 @dataclass
 class Startup:

@@ -244,8 +244,10 @@ def test_native_generate(served: Sim) -> None:
         r1 = sess.post(s.base + "/generate", json=req)
         r2 = sess.post(s.base + "/generate", json=req)
     out = r1.json()
+    assert r2.json()["meta_info"]["cached_tokens"] == 2  # the same prompt again: all but its last token, as SGLang
     assert out == {**r2.json(), "meta_info": {**r2.json()["meta_info"], "id": out["meta_info"]["id"],
-                                              "e2e_latency": out["meta_info"]["e2e_latency"]}}
+                                              "e2e_latency": out["meta_info"]["e2e_latency"],
+                                              "cached_tokens": out["meta_info"]["cached_tokens"]}}
     assert len(out["output_ids"]) == 6 and len(out["text"].split()) == 6
     meta = out["meta_info"]
     assert meta["prompt_tokens"] == 3 and meta["completion_tokens"] == 6

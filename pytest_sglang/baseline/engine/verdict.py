@@ -22,7 +22,7 @@ from pytest_sglang.errors import BaselineError
 
 Status = Literal["ok", "regressed", "improved", "not-judged"]
 Placement = Literal["beyond", "clear", "across"]  # an interval against the tolerance's bad edge
-Method = Literal["tolerance", "mann-whitney", "sessions", "signed-rank", "instance-noise"]
+Method = Literal["tolerance", "mann-whitney", "sessions", "signed-rank", "instance-noise", "history"]
 
 DEFAULT_CONFIDENCE = 0.95
 DEFAULT_MAX_CV_PCT = 10.0  # rounds spread more than this (CV): too noisy to judge

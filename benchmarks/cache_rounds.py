@@ -1,0 +1,133 @@
+"""What each round of ``sglang_bench(rounds=3)`` measures on real SGLang, in each ``cache=`` mode (issue 24 point 0).
+
+    python benchmarks/cache_rounds.py [--repeats 3] [--sglang-python PY] [--out results.json]
+
+Run by hand (a few minutes on a 2-core CPU). One real SGLang server (CPU, the tests' tiny random-weight model,
+the flags of tests/integration/realservers.py plus --enable-metrics, a KV pool of 16384 tokens) is launched with
+the plugin's own ``launch_server``; on it, ``run_bench(rounds=3, input_len=960, ...)`` runs ``--repeats`` times in
+each of the modes fresh, flush and warm (in turn: fresh, flush, warm, fresh, flush, warm, ...), each run on an
+emptied cache (flushed before it: "flush" and "warm" send the same seeded prompts). Then a second server with
+``--disable-radix-cache`` runs the same workload in "warm" mode (the same prompts every round, no cache to
+serve them from): the uncached reference. For every run it prints and records each round's median TTFT (the
+client's) and the server's own prefix-cache hit rate for the round (``server_cache_hit_rate``, from
+``sglang:cached_tokens_total`` over ``sglang:prompt_tokens_total``), and the load average when the run started.
+The table is the median over the repeats of each round's figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from pytest_sglang.bench import Client, run_bench  # noqa: E402
+from pytest_sglang.bench.cache import flush_prefix_cache  # noqa: E402
+from pytest_sglang.config.profiles import Profile  # noqa: E402
+from pytest_sglang.launch.plan import plan_launch  # noqa: E402
+from pytest_sglang.server import launch_server  # noqa: E402
+
+SGLANG_PYTHON = Path(os.environ.get("PYTEST_SGLANG_SGLANG_PYTHON", "/work/servers/sglang/bin/python"))
+TINY_MODEL = REPO / "tests/integration/tiny_model.py"
+STUB_DIR = REPO / "tests/integration/sgl_kernel_stub"
+# tests/integration/realservers.py SERVER_ARGS["sglang"], and the metrics the witness reads; a KV pool of 16384
+# tokens (8 MiB for this model) holds a run's 9 prompts of 976 tokens: with the tests' 4096, "warm" rounds find
+# their prompts evicted (LRU) before they come again, and its rounds are not cached either (seen: 0 % hits)
+SERVER_ARGS = ("--device", "cpu", "--attention-backend", "torch_native", "--disable-cuda-graph",
+               "--max-total-tokens", "16384", "--dtype", "bfloat16", "--enable-metrics")
+# 960 prompt tokens (the tiny model's context is 1024), few outputs, one request at a time: TTFT is the prefill
+WORKLOAD = {"num_requests": 8, "concurrency": 1, "input_len": 960, "output_len": 16, "warmup": 1, "rounds": 3}
+MODES = ("fresh", "flush", "warm")
+
+
+def make_model(python: Path, work: Path) -> Path:
+    out = work / "tiny"
+    subprocess.run([str(python), str(TINY_MODEL), str(out)], check=True, capture_output=True, timeout=300)
+    return out
+
+
+def launch(python: Path, model: Path, work: Path, name: str, extra: tuple[str, ...] = ()):  # noqa: ANN201
+    env = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "SGLANG_USE_CPU_ENGINE": "1",
+           "PYTHONPATH": str(STUB_DIR)}
+    profile = Profile(name=name, source=work / "bench.toml", kind="sglang", model=str(model), python=str(python),
+                      args=(*SERVER_ARGS, *extra), env=env, startup_timeout=900.0)
+    log_dir = work / f"launch-{name}"
+    log_dir.mkdir()
+    return launch_server(plan_launch(profile, sim=False, log_dir=log_dir))
+
+
+def one_run(handle, mode: str) -> dict:  # noqa: ANN001
+    with Client(handle.base_url) as client:
+        flush_prefix_cache(client, "sglang")  # every run starts from an empty cache: "warm" repeats the prompts
+    load = os.getloadavg()[0]
+    r = run_bench(handle, cache=mode, **WORKLOAD)
+    per = r.rounds
+    return {"mode": mode, "load": load, "ttft_ms": [x.median_ttft_ms for x in per],
+            "hit_rate": [x.server_cache_hit_rate for x in per], "cached_tokens": [x.server_cached_tokens for x in per],
+            "prompt_tokens": [x.server_prompt_tokens for x in per], "output_tok_s": [x.output_throughput for x in per],
+            "cache_note": r.cache_note}
+
+
+def show(run: dict, label: str) -> None:
+    ttft = " ".join(f"{t:6.1f}" for t in run["ttft_ms"])
+    hits = " ".join("   -" if h is None else f"{h:4.0%}" for h in run["hit_rate"])
+    print(f"{label:<22} load {run['load']:4.2f}  TTFT ms per round {ttft}  hits {hits}", flush=True)
+
+
+def table(runs: list[dict]) -> list[str]:
+    lines = ["| mode | runs | median TTFT ms, round 0 / 1 / 2 | server prefix-cache hit rate, round 0 / 1 / 2 |",
+             "|---|---|---|---|"]
+    for label in dict.fromkeys(r["label"] for r in runs):
+        mine = [r for r in runs if r["label"] == label]
+        ttft = [statistics.median(r["ttft_ms"][k] for r in mine) for k in range(WORKLOAD["rounds"])]
+        hits = []
+        for k in range(WORKLOAD["rounds"]):
+            known = [r["hit_rate"][k] for r in mine if r["hit_rate"][k] is not None]
+            hits.append(f"{statistics.median(known):.1%}" if known else "-")
+        lines.append(f"| {label} | {len(mine)} | {' / '.join(f'{t:.0f}' for t in ttft)} | {' / '.join(hits)} |")
+    return lines
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--sglang-python", type=Path, default=SGLANG_PYTHON)
+    ap.add_argument("--out", type=Path, default=None)
+    args = ap.parse_args()
+    runs: list[dict] = []
+    with tempfile.TemporaryDirectory(prefix="cache-rounds-") as tmp:
+        work = Path(tmp)
+        model = make_model(args.sglang_python, work)
+        for name, extra, modes in (("radix", (), MODES), ("no-radix", ("--disable-radix-cache",), ("warm",))):
+            handle = launch(args.sglang_python, model, work, name, extra)
+            try:
+                for i in range(args.repeats):
+                    for mode in modes:
+                        run = one_run(handle, mode)
+                        run["label"] = mode if name == "radix" else "warm, --disable-radix-cache"
+                        run["repeat"] = i
+                        show(run, run["label"])
+                        runs.append(run)
+            finally:
+                handle.close()
+    print()
+    for line in table(runs):
+        print(line)
+    meta = {"workload": WORKLOAD, "cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
+            "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+    print(json.dumps(meta))
+    if args.out:
+        args.out.write_text(json.dumps({"meta": meta, "runs": runs}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
