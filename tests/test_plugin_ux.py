@@ -28,9 +28,12 @@ def run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
     return pytester.runpytest_subprocess("-p", "no:cacheprovider", *args, timeout=150)
 
 
+FAST_TOK_S = 20.0  # slow enough that a loaded runner's client keeps up with it
+
+
 def two_profiles(pytester: pytest.Pytester, mark: str, slow_tok_s: float) -> None:
     toml = (profile_toml("slow", mark, sim=f"startup_seconds = 0.3, decode_tok_s = {slow_tok_s}")
-            + profile_toml("fast", mark, sim="startup_seconds = 0.3, decode_tok_s = 200"))
+            + profile_toml("fast", mark, sim=f"startup_seconds = 0.3, decode_tok_s = {FAST_TOK_S}"))
     pytester.makefile(".toml", pyproject=toml)
     pytester.makepyfile(test_user=COMPARE)
 
@@ -48,7 +51,7 @@ def test_every_test_that_uses_the_server_gets_its_startup_in_junit(pytester: pyt
 
 
 def test_a_comparison_whose_profile_did_not_run_skips_with_the_reason(pytester: pytest.Pytester, mark: str) -> None:
-    two_profiles(pytester, mark, slow_tok_s=50)
+    two_profiles(pytester, mark, slow_tok_s=FAST_TOK_S / 4)
     result = run(pytester, "--sglang-profile=fast", "--sglang-sim", "-rs")
     result.assert_outcomes(passed=1, skipped=1)
     result.stdout.fnmatch_lines(["SKIPPED *profile 'slow' did not run in this session (selected: fast); pass "
@@ -57,7 +60,10 @@ def test_a_comparison_whose_profile_did_not_run_skips_with_the_reason(pytester: 
 
 
 def test_a_failing_comparison_fails_with_its_message_only(pytester: pytest.Pytester, mark: str) -> None:
-    two_profiles(pytester, mark, slow_tok_s=200)  # as fast as "fast": no 10 % margin
+    # "slow" paced twice as fast as "fast": no load can give "fast" its 10 % margin (a simulator is never faster
+    # than its pace, and load would have to slow "slow" 2.2x more than "fast"); of equal paces, one run measured
+    # on a quieter moment of a loaded runner than the other beat it by 10 %
+    two_profiles(pytester, mark, slow_tok_s=FAST_TOK_S * 2)
     result = run(pytester, "--sglang-profile=slow,fast", "--sglang-sim")
     result.assert_outcomes(passed=2, failed=1)
     out = result.stdout.str()

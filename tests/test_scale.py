@@ -116,7 +116,8 @@ def test_a_silent_hang_fails_at_the_stall_timeout_not_the_hard_cap(pytester: pyt
     result.assert_outcomes(errors=1)
     result.stdout.fnmatch_lines(["*no progress for 2 s in phase * (stall_timeout 2 s*", "*Last * log lines:*",
                                  "*Try: *raise stall_timeout in the profile*"])
-    assert result.duration < 60
+    assert "startup timeout" not in result.stdout.str()
+    assert result.duration < 120  # a margin the profile sets: the stall ended it long before the 120 s cap could
 
 
 def test_the_probes_own_requests_are_not_progress(pytester: pytest.Pytester, mark: str) -> None:

@@ -143,14 +143,14 @@ def test_the_report_tells_regressions_from_what_could_not_be_judged(tmp_path: Pa
 
 PLUGIN_TESTS = '''
 def test_gate(sglang_bench, sglang_baseline):
-    r = sglang_bench(num_requests=4, concurrency=4, input_len=8, output_len=12, rounds=3,
+    r = sglang_bench(num_requests=4, concurrency=4, input_len=8, output_len=6, rounds=3,
                      slo={"ttft_ms": 2000, "tpot_ms": 500})
     assert len(r.rounds) == 3 and r.goodput > 0
     sglang_baseline.check(r, output_throughput="50%", goodput="50%", max_cv="50%")
 
 
 def test_curve(sglang_bench, sglang_baseline):
-    curve = sglang_bench.sweep(concurrency=[1, 2, 4], num_requests=4, input_len=8, output_len=12)
+    curve = sglang_bench.sweep(concurrency=[1, 2, 4], num_requests=4, input_len=8, output_len=6)
     assert curve.values == [1, 2, 4]
     for point in curve:
         sglang_baseline.check(point, output_throughput="50%", max_cv="50%")
@@ -161,7 +161,7 @@ def test_rounds_sweeps_and_gates_through_pytest(pytester: pytest.Pytester, monke
     monkeypatch.setenv("PYTEST_SGLANG_MACHINE", "test-machine")
     pytester.makefile(".toml", pyproject=(
         '[tool.pytest_sglang.profiles.p]\nmodel = "sim-model"\n'
-        "sim = { startup_seconds = 0.3, decode_tok_s = 400, ttft_ms = 5 }\n"
+        "sim = { startup_seconds = 0.3, decode_tok_s = 16, ttft_ms = 5 }\n"  # never client-bound when loaded
         '[tool.pytest_sglang.profiles.dead]\nmodel = "sim-model"\n'
         'sim = { startup_seconds = 0.6, fault = "exit" }\n'))
     pytester.makepyfile(test_perf=PLUGIN_TESTS)

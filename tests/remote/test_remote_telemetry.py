@@ -80,10 +80,11 @@ def test_energy_per_token_of_an_ssh_hosts_gpu_is_its_power_over_the_measured_dur
         assert server.remote is not None
         with HostGpus.open(server.remote, query=None, interval=0.1) as agent:
             # the host is this machine: the agent's monotonic clock is this perf_counter's, so the measured
-            # offset must come out as (about) none, within its own bound
+            # offset must come out as (about) none, within its own bound; the bound is half a round trip, which a
+            # loaded runner stretches: held to a margin (0.5 s) that a bound gone wrong (seconds, inf) still fails
             assert (agent.host, agent.source, agent.gpus, agent.gpus_from) == (
                 "sshd-test", "nvidia-smi", [1], "CUDA_VISIBLE_DEVICES")
-            assert abs(agent.offset) <= agent.clock_error_s + 0.002 and agent.clock_error_s < 0.05
+            assert abs(agent.offset) <= agent.clock_error_s + 0.002 and agent.clock_error_s < 0.5
             agents = gpu_agents()
             assert len(agents) == 2 and not any(secret in " ".join(proc.cmdline()) for proc in agents)
             agent.start()

@@ -82,7 +82,8 @@ def test_a_runs_factor_sets_the_pace_and_another_seed_gives_another(launch: Call
     for seed, sim in sims.items():
         sim.wait_ready()
         assert f"session factor {session_factor(seed, 0.3):.4f}" in sim.text()
-        assert measured_pace(sim) == pytest.approx(PACE * session_factor(seed, 0.3), rel=0.1)
+        # 120 tokens, a second or two: a loaded client's lag of tens of ms at either end stays a few %
+        assert measured_pace(sim, tokens=120) == pytest.approx(PACE * session_factor(seed, 0.3), rel=0.1)
 
 
 def test_wander_moves_the_pace_within_a_run(launch: Callable[..., Sim]) -> None:

@@ -13,7 +13,12 @@ from pathlib import Path
 from helpers import REPO, interruptible, marked_processes, wait_for_no_processes
 
 SCRIPT = REPO / ".ci" / "slurm-cluster.sh"
-CLUSTER_DIR = Path(os.environ.get("SLURM_TEST_DIR", "/tmp/pytest-sglang-slurm"))
+
+
+def cluster_script(where: Path) -> dict[str, str]:
+    """The environment of .ci/slurm-cluster.sh for the cluster that lives in ``where``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+    return {**env, "SLURM_TEST_DIR": str(where)}
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,8 @@
 """A server over two SLURM nodes (the simulator on each), on the real two-node cluster of conftest.py: it comes
-up, and each fault row of docs/multinode.md shows its message within its time bound, with nothing left on
-either node and an empty queue."""
+up, and each fault row of docs/multinode.md shows its message, with nothing left on either node and an empty
+queue. A row's promptness is judged against a margin the test sets, never against the machine's speed: the
+error comes before the time the startup, the timeout or the blocking job would have taken (each far longer);
+the seconds each row took go to the -s output for the docs' table."""
 
 from __future__ import annotations
 
@@ -58,23 +60,24 @@ def test_two_nodes_serve_and_leave_nothing(project: Project) -> None:
 
 
 def test_crash_on_node_1_during_startup(project: Project) -> None:
-    project.write(profile("crash1", project.mark, sim='startup_seconds = 4, fault = "traceback", fault_node = 1, '
-                                                     "fault_after = 1.0"), PASSING)
+    # node 0 would be ready at 60 s and the stall timeout is longer: an error before that is the crash's own
+    project.write(profile("crash1", project.mark, sim='startup_seconds = 60, fault = "traceback", fault_node = 1, '
+                                                     "fault_after = 1.0", extra="stall_timeout = 120"), PASSING)
     out, _ = project.run("crash1")
     assert "node 1 (node2) crashed during startup" in out, out
     assert "AttributeError: 'KimiK25ForConditionalGeneration' object has no attribute" in out, out
     assert "crash1.node1.log" in out, out
-    assert _elapsed(out) < 1.0 + 2.5, out  # the crash at 1 s, then the settle second and the poll
+    assert 1.0 <= _elapsed(out) < 60, out
     _assert_nothing_left(project, "crash on node 1 at 1.0 s (error after)", _elapsed(out))
 
 
 def test_node_1_never_joins(project: Project) -> None:
     project.write(profile("hang1", project.mark, sim='startup_seconds = 2, fault = "hang", fault_node = 1',
-                          extra="stall_timeout = 3"), PASSING)
+                          extra="stall_timeout = 3\nstartup_timeout = 60"), PASSING)
     out, _ = project.run("hang1")
     assert re.search(r"node 1 \(node2\) has logged nothing new for 3 s in phase initialising torch distributed; "
                      r"rank 0 is waiting in initialising torch distributed", out), out
-    assert 3.0 <= _elapsed(out) < 3.0 + 2.0, out
+    assert 3.0 <= _elapsed(out) < 60, out  # the stall timeout, not the startup timeout
     _assert_nothing_left(project, "node 1 never joins, stall_timeout 3 s (error after)", _elapsed(out))
 
 
@@ -118,36 +121,38 @@ def test_pytest_sigkilled(project: Project) -> None:
     procs, queue = project.left_behind()
     took = time.monotonic() - began
     assert procs == [] and queue == [], (procs, queue)
-    assert took < 15.0
     _assert_nothing_left(project, "pytest SIGKILLed (all gone after)", took)
 
 
 def test_ctrl_c_during_startup(project: Project) -> None:
-    project.write(profile("ctrlc", project.mark, sim="startup_seconds = 30"), SLOW)
+    startup = 120  # pytest exits long before the server would have been ready: it did not wait the startup out
+    project.write(profile("ctrlc", project.mark, sim=f"startup_seconds = {startup}"), SLOW)
     pytest_proc = project.start("ctrlc")
     project.wait_logged("ctrlc", 1, "Load weight begin")
     pytest_proc.send_signal(signal.SIGINT)
     began = time.monotonic()
-    out, _ = pytest_proc.communicate(timeout=60)
+    out, _ = pytest_proc.communicate(timeout=startup - 30)
     took = time.monotonic() - began
-    assert took < 10.0, out
     assert "KeyboardInterrupt" in out, out
     _assert_nothing_left(project, "Ctrl-C during startup (pytest exited after)", took)
 
 
 def test_allocation_refused(project: Project) -> None:
-    project.write(profile("three", project.mark, slurm="nodes = 3"), PASSING)
+    project.write(profile("three", project.mark, slurm="nodes = 3, queue_timeout = 60"), PASSING)
     out, took = project.run("three")
     assert "SLURM did not give profile 'three' its 3 node(s)" in out, out
     assert "(reason: PartitionConfig): srun: Requested partition configuration not available now" in out, out
-    assert took < 15.0, out
+    assert took < 60, out  # refused outright: it did not wait out the queue timeout
     _assert_nothing_left(project, "allocation refused (whole pytest run)", took)
+
+
+BLOCKER_S = 120
 
 
 def test_allocation_pending_too_long(project: Project) -> None:
     blocker = subprocess.run(["sbatch", "--parsable", "-N2", "--job-name=blocker", "--output=/dev/null",
-                              "--wrap", "sleep 120"], capture_output=True, text=True, env=project.cluster.env(),
-                             check=True).stdout.strip()
+                              "--wrap", f"sleep {BLOCKER_S}"], capture_output=True, text=True,
+                             env=project.cluster.env(), check=True).stdout.strip()
     try:
         project.write(profile("pending", project.mark, slurm="nodes = 2, queue_timeout = 2"), PASSING)
         out, took = project.run("pending")
@@ -155,7 +160,7 @@ def test_allocation_pending_too_long(project: Project) -> None:
         subprocess.run(["scancel", blocker], env=project.cluster.env(), check=False)
     assert re.search(r"SLURM kept job \d+ \(pytest-sglang-pending-\w+\) of profile 'pending' pending for 2 s "
                      r"\(reason: (Resources|Priority|None)\); it has been cancelled", out), out
-    assert took < 15.0, out
+    assert took < BLOCKER_S, out  # cancelled at its queue timeout, not run once the blocker ended
     _assert_nothing_left(project, "pending past queue_timeout 2 s (whole pytest run)", took)
 
 
