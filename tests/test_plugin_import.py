@@ -14,6 +14,7 @@ import pytest
 ENTRY_MODULES = {
     "pytest_sglang", "pytest_sglang.plugin.distributed", "pytest_sglang.errors", "pytest_sglang.plugin.measure",
     "pytest_sglang.plugin.nodes", "pytest_sglang.plugin", "pytest_sglang.session", "pytest_sglang.plugin.settings",
+    "pytest_sglang.plugin.history",
 }
 HEAVY = {"requests", "urllib3", "psutil", "filelock", "tomllib", "asyncio", "http.client"}
 

@@ -130,14 +130,15 @@ class SGLangPlugin:
                                                                                                "--sglang-profile"))
             elif self.settings.sim and not self.settings.url:
                 raise pytest.UsageError(sim_without_profile(sorted(self.profiles().profiles)))
-            profiles = self.profiles()
         except PluginError as exc:
             raise pytest.UsageError(str(exc)) from None
-        if self.settings.sim:
-            self._warn_real_launch_problems(profiles)
-        for name in profiles.unselected_broken(self.settings.profiles):
-            self.status(f"[sglang] warning: profile {name!r} is broken and was not selected, so this run goes on "
-                        f"without it: {profiles.broken[name]}")
+        if self.settings.profiles:  # a run that selects none loads no profiles at all
+            profiles = self.profiles()
+            if self.settings.sim:
+                self._warn_real_launch_problems(profiles)
+            for name in profiles.unselected_broken(self.settings.profiles):
+                self.status(f"[sglang] warning: profile {name!r} is broken and was not selected, so this run goes "
+                            f"on without it: {profiles.broken[name]}")
         try:
             self.history.check()  # before any server launches: a store this run could not append to stops it
         except HistoryError as exc:

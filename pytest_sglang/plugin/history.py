@@ -8,7 +8,6 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pytest_sglang.baseline.engine.series import PastRun
 from pytest_sglang.errors import HistoryError
 
 # Runs of each series a session searches for steps: what bears on this run, in bounded time at the session's end
@@ -16,6 +15,7 @@ from pytest_sglang.errors import HistoryError
 RECENT_RUNS = 100
 
 if TYPE_CHECKING:
+    from pytest_sglang.baseline.engine.series import PastRun
     from pytest_sglang.session import ABEntry
 
 
@@ -66,6 +66,8 @@ class SessionHistory:
             return {}
         with HistoryStore.open(self.path, write=False, timeout=self._timeout()) as store:
             rows = store.rows(rounds=False)
+        from pytest_sglang.baseline.engine.series import PastRun
+
         return {s.key: [PastRun(p.value, p.commit, p.time) for p in s.points] for s in series_of(rows, None)}
 
     def append(self, report: dict[str, Any], *, commit: str | None, time: float, exit_status: int,
