@@ -286,10 +286,10 @@ def compare(
         check = compare_one(metric, samples[metric], baseline, tol, profile=profile, entry=entry,
                             confidence=confidence, max_cv_pct=max_cv_pct, unjudged=why_none or problem,
                             sessions=entry.sessions_of(metric) if entry else ())
-        if history is not None and samples[metric] and not (why_none or problem):
-            check = with_history(check, judge_series(metric, history(metric), metric_value({metric: samples[metric]},
-                                                     metric) or math.nan, tol, confidence=confidence,
-                                                     accepted_until=_epoch(entry.recorded_at) if entry else None))
+        if history is not None and check.current is not None and not (why_none or problem):
+            judged = judge_series(metric, history(metric), check.current, tol, confidence=confidence,
+                                  accepted_until=_epoch(entry.recorded_at) if entry else None)
+            check = with_history(check, judged)
         comp.checks.append(check)
         if check.status == "improved" or (check.status == "ok" and "not significant" in check.message):
             comp.notes.append(check.message)

@@ -52,13 +52,13 @@ class SessionHistory:
 
         if self._past is None:
             self._past = self._read()
-        figures = result.to_dict()
+        past, figures = self._past, result.to_dict()
         test = bench_key({"test_id": test_id, "result": figures})
         workload = workload_of(figures)
-        return lambda metric: list(self._past.get((profile, test, machine, workload, metric), [])) \
-            if self._past is not None else []
+        return lambda metric: list(past.get((profile, test, machine, workload, metric), []))
 
     def _read(self) -> dict[tuple[str, str, str, str, str], list[PastRun]]:
+        from pytest_sglang.baseline.engine.series import PastRun
         from pytest_sglang.history.steps import series_of
         from pytest_sglang.history.store import HistoryStore
 
@@ -66,8 +66,6 @@ class SessionHistory:
             return {}
         with HistoryStore.open(self.path, write=False, timeout=self._timeout()) as store:
             rows = store.rows(rounds=False)
-        from pytest_sglang.baseline.engine.series import PastRun
-
         return {s.key: [PastRun(p.value, p.commit, p.time) for p in s.points] for s in series_of(rows, None)}
 
     def append(self, report: dict[str, Any], *, commit: str | None, time: float, exit_status: int,
