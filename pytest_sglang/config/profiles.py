@@ -383,7 +383,7 @@ class _Loader:
         if fleet == "pd" and kind != "sglang":
             raise ProfileError(f"{self.where(name, 'kind')}: prefill/decode disaggregation is SGLang's; a "
                                f"{kind!r} fleet takes `replicas` behind a router instead.")
-        elif sim.get("fault_member") is not None:
+        if fleet is None and sim.get("fault_member") is not None:
             raise ProfileError(f"{self.where(name, 'sim')}: fault_member names a member of a fleet, and profile "
                                f"{name!r} is one server (no replicas, router or prefill/decode); drop it.")
         return Profile(

@@ -28,8 +28,8 @@ from pytest_sglang.launch.plan import (
     plan_launch,
 )
 from pytest_sglang.launch.ports import free_port
+from pytest_sglang.sim.config import MEMBER_ENV as SIM_MEMBER_ENV
 
-SIM_MEMBER_ENV = "PYTEST_SGLANG_SIM_MEMBER"  # the simulator's knob fault_member picks the member it names
 ROUTER_MODULE = "sglang_router.launch_router"
 SIM_ROUTER_MODULE = "pytest_sglang.sim.router"
 READINESS_PATH = "/readiness"

@@ -301,7 +301,9 @@ class SGLangPlugin:
     def _note_death(self, server: ServerHandle, death: ServerDiedError) -> None:
         record = self.ledger.startups.get(server.record.profile)
         if record is not None and record.died is None:
-            self.ledger.add_startup(record.dying(death.cause or death.headline))
+            why = death.cause or death.headline
+            self.ledger.add_startup(record.dying(f"{death.member}: {why}" if death.member else why,
+                                                 log_path=death.log_path))
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[

@@ -96,9 +96,11 @@ class FleetLiveness:
         for name, member in self.members.items():
             error = member.liveness.death()
             if error is not None:
-                return ServerDiedError(f"fleet member {name} ({member.role}): {error.headline}", profile=self.profile,
-                                       log_path=error.log_path, diagnosis=error.diagnosis, elapsed=error.elapsed,
-                                       hints=error.hints)
+                death = ServerDiedError(f"fleet member {name} ({member.role}): {error.headline}", profile=self.profile,
+                                        log_path=error.log_path, diagnosis=error.diagnosis, elapsed=error.elapsed,
+                                        hints=error.hints)
+                death.member = name
+                return death
         return None
 
     def logged_crash(self) -> bool:
@@ -152,7 +154,7 @@ def launch_fleet(plan: FleetPlan, *, on_status: StatusCallback = ignore, on_reco
             template=replace(template, pid=router.process.pid), started_at=router.process.started_at,
             timeout=max(plan.router.plan.startup_timeout - members_up, 1.0), stall_timeout=profile.stall_timeout,
             probe=RouterReadiness(plan.router.base_url, plan.router.plan.headers, plan.expected_workers),
-            process=router.process, watcher=router.watcher, command=plan.router.plan.argv, peers=peers,
+            process=router.process, watcher=router.watcher, command=plan.router.plan.argv, peers=peers, node="router",
             timeout_hints=lambda: ["the router did not count every server healthy: look at its log (its health "
                                    "checks of each server) and GET /workers on it"])
         record = wait_for(router_wait, on_status=ignore, on_record=_failures_only(on_record))
@@ -161,7 +163,7 @@ def launch_fleet(plan: FleetPlan, *, on_status: StatusCallback = ignore, on_reco
         raise
     total = time.monotonic() - started_at
     record = replace(record, startup_seconds=total, elapsed=total,
-                     phases={"servers_ready": members_up, "ready": total})
+                     phases={"router": members_up, "ready": total})
     on_record(record)
     members = {s.member.name: _member_handle(s, peer, say) for s, peer in zip(started, [*peers, None], strict=True)}
     return ServerHandle(record, FleetLiveness(profile.name, members), api_key=profile.api_key, members=members)
