@@ -55,6 +55,11 @@ def test_serves_through_the_router(sglang_server):
 def test_bench_through_the_router(sglang_bench):
     result = sglang_bench(num_requests=8, concurrency=4, input_len=16, output_len=8, warmup=0)
     assert result.completed == 8
+    servers = [name for name in EXPECTED if name != "router"]
+    assert list(result.members) == servers
+    answering = [load for load in result.members.values() if load.role in ("worker", "decode")]
+    assert sum(load.requests for load in answering) == 8
+    assert sum(load.generation_tokens for load in answering) == 8 * 8
 """
 
 
@@ -69,7 +74,7 @@ def test_a_fleet_is_one_server_to_its_tests(pytester: pytest.Pytester, mark: str
     result = run(pytester, "--sglang-profile=f", "-s")
     result.assert_outcomes(passed=3)
     result.stdout.fnmatch_lines(["*[[]sglang f[]] launching *", "*servers ready after * s; router started*",
-                                 "f: ready in *"])
+                                 "f: ready in *", f"fleet members: f test_bench_through_the_router: {members[0]} *"])
     assert not wait_for_no_processes(mark, timeout=20)
 
 
