@@ -803,7 +803,7 @@ Row notes:
 - **malformed-toml** in pyproject.toml is reported by pytest itself (it reads the file for its own ini options
   before any plugin): the line and column are there, but not the plugin's "Fix the file at that line". In a
   `--sglang-config` file, which only the plugin reads, the plugin's message is shown.
-- Every other row behaved as the README's "What happens when it goes wrong" table says, with 0 processes left.
+- Every other row behaved as docs/failures.md's "Every fault" table says, with 0 processes left.
 
 Rows with tests in tests/test_fault_matrix.py (no other test covered them; the test runs the row itself, as
 above): {new_tests}.

@@ -1,4 +1,4 @@
-"""benchmarks/calibrate.py as the README tells a user to run it: the test it names exists, and a run that every
+"""benchmarks/calibrate.py as docs/baselines.md tells a user to run it: the test it names exists, and a run that every
 later run would repeat (a usage error, no tests collected) stops it at once with pytest's own words."""
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ pytestmark = pytest.mark.timeout(120)
 CALIBRATE = REPO / "benchmarks" / "calibrate.py"
 
 
-@pytest.mark.parametrize("text", [(REPO / "README.md").read_text(), CALIBRATE.read_text()], ids=["README", "doc"])
+@pytest.mark.parametrize("text", [(REPO / "docs" / "baselines.md").read_text(), CALIBRATE.read_text()],
+                         ids=["docs/baselines.md", "doc"])
 def test_the_calibrate_command_names_a_test_that_exists(text: str) -> None:
     named = re.findall(r"calibrate\.py --runs \d+ -- (\S+)::(\w+)", text)
     assert named, "no calibrate command found"

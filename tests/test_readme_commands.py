@@ -1,4 +1,5 @@
-"""The README's third command, the whole flow on the simulator, works from the repository root."""
+"""The README opens with a contributor's three commands (set-up, the tests, the whole flow on the simulator),
+and the third works from the repository root."""
 
 from __future__ import annotations
 
@@ -13,6 +14,15 @@ import pytest
 from helpers import REPO, die_with_pytest
 
 pytestmark = pytest.mark.timeout(300)
+
+
+def test_the_readme_opens_with_the_three_commands() -> None:
+    lines = (REPO / "README.md").read_text(encoding="utf-8").splitlines()
+    assert lines[0] == "# pytest-sglang" and lines[1] == "", lines[:2]
+    commands = [line.split("#", 1)[0].strip() for line in lines[2:5]]
+    assert all(line.startswith("    ") for line in lines[2:5]), lines[2:5]  # one indented block, before anything else
+    assert commands == ['pip install -e ".[test]"', "pytest", "pytest examples --sglang-profile=eagle3 --sglang-sim"]
+    assert "pytest)" in (REPO / ".ci" / "run").read_text(), "CI runs the README's test command, plain pytest"
 
 
 def test_examples_run_on_the_simulator(tmp_path: Path) -> None:

@@ -3,8 +3,8 @@
 benchmarks/tp_server/server.py under ``python -m torch.distributed.run --standalone --nproc-per-node 2``, in an
 inner pytest run (realservers.InnerProject): readiness and the per-rank phase lines, a ``sglang_bench`` run,
 and faults on rank 1 only while rank 0 waits in the step's all_reduce: a Python exception, and a SIGKILL.
-Each fault's error must name the rank and its root cause within the fail-fast targets (README, "What happens
-when it goes wrong"), and no process of the tree may survive (counted by TEST_MARK).
+Each fault's error must name the rank and its root cause within the fail-fast targets (docs/failures.md, "Every
+fault"), and no process of the tree may survive (counted by TEST_MARK).
 
 Needs torch: the vLLM CPU venv's (PYTEST_SGLANG_VLLM_PYTHON, as the real-server tests); skips without it.
 """
@@ -24,8 +24,9 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 SERVER = REPO / "benchmarks" / "tp_server" / "server.py"
 READY = "tp_server ready:"
 FAULT_TIME = re.compile(r"\[rank1\]: fault: .* at t=(\d+\.\d+)")
-# The README's targets: an exit during startup 0.5 s, a traceback while alive about 1 s, a member's death
-# "within about a second"; torchrun's agent adds its own reaction (monitor interval 0.1 s, SIGTERM to rank 0).
+# The fail-fast targets (docs/failures.md): an exit during startup 0.5 s, a traceback while alive about 1 s, a
+# member's death "within about a second"; torchrun's agent adds its own reaction (monitor interval 0.1 s,
+# SIGTERM to rank 0).
 # Those are speeds, printed here and measured where speed is measured; the test holds the error to a margin it
 # sets instead: well before the startup timeout (120 s) or the stall timeout (300 s) could have ended the startup,
 # so the error is the fault's own, on a loaded runner too.
