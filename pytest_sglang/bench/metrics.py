@@ -212,6 +212,9 @@ class BenchResult:
     server_kv_usage_peak: float | None = None
     gpu_unmeasured: str | None = None
     server_unmeasured: str | None = None
+    # how gpu_energy_j was found: "counter" (the GPUs' own energy counters), "power_integral" (their power
+    # integrated), "mixed" (rounds differed; each round's own in rounds); None where unmeasured
+    gpu_energy_source: str | None = None
     # rounds: 1 unless run_bench(rounds=N); the per-round results and each figure's spread over them
     num_rounds: int = 1
     sweep: dict[str, Any] | None = None  # {"param": "concurrency", "value": 4} for a point of a sweep
@@ -449,6 +452,8 @@ def combine_rounds(rounds: Sequence[BenchResult]) -> BenchResult:
     head.client_bound_reason = next((f"round {i}: {r.client_bound_reason}" if len(rounds) > 1 else
                                      r.client_bound_reason for i, r in enumerate(rounds)
                                      if r.client_bound and r.client_bound_reason), None)
+    sources = {r.gpu_energy_source for r in rounds if r.gpu_energy_source is not None}
+    head.gpu_energy_source = sources.pop() if len(sources) == 1 else ("mixed" if sources else None)
     notes = [r.cache_note for r in rounds if r.cache_note]
     head.cache_note = "; ".join(notes) if notes else None
     return head
