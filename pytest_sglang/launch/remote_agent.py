@@ -20,9 +20,11 @@ Modes:
                there is none, the GPUs the server's tree holds, its CUDA_VISIBLE_DEVICES, the agent's clock);
                then JSON commands on stdin, one a line: {"do": "ping"} -> "pong" (the clock), {"do": "read",
                "gpus": [..] | null} -> one "reading", {"do": "start", "gpus", "interval"} -> a "reading" every
-               interval until {"do": "stop"} -> one last "reading" and "stopped". Clocks and reading times are
-               time.monotonic() here; the controller maps them onto its own. Ends on end-of-file or once the
-               supervisor is gone.
+               interval until {"do": "stop"} -> one last "reading" and "stopped". A reading's rows are [index,
+               util %, memory MiB, power W, SM clock MHz, temperature C, energy mJ] (protocol 2 added the
+               last: NVML's energy counter, null where the GPU has none and always under nvidia-smi). Clocks
+               and reading times are time.monotonic() here; the controller maps them onto its own. Ends on
+               end-of-file or once the supervisor is gone.
 """
 
 from __future__ import annotations
@@ -275,7 +277,7 @@ def machine(spec: dict[str, Any]) -> int:
     return 0
 
 
-GPU_PROTOCOL = 1
+GPU_PROTOCOL = 2  # 2: each row ends with the energy counter (mJ or null)
 SMI_QUERY = "--query-gpu=index,utilization.gpu,memory.used,power.draw,clocks.sm,temperature.gpu"
 SMI_TIMEOUT = 10.0
 
@@ -309,7 +311,7 @@ class _Smi:
         rows = self._rows(SMI_QUERY, *(["--id=" + ",".join(map(str, gpus))] if gpus is not None else []))
         if rows is None:
             return None
-        return [[int(row[0]), *map(_number, row[1:])] for row in rows if len(row) == 6 and row[0].isdigit()]
+        return [[int(row[0]), *map(_number, row[1:]), None] for row in rows if len(row) == 6 and row[0].isdigit()]
 
     def held(self, pids: set[int]) -> list[int]:
         index = {row[1]: int(row[0]) for row in self._rows("--query-gpu=index,pci.bus_id") or []
@@ -338,6 +340,7 @@ class _Nvml:
 
     def read(self, gpus: list[int] | None) -> list[list[Any]] | None:
         nvml = self.nvml
+        energy = getattr(nvml, "nvmlDeviceGetTotalEnergyConsumption", None)  # absent in an old nvidia-ml-py
         try:
             found = []
             for index in range(nvml.nvmlDeviceGetCount()) if gpus is None else gpus:
@@ -349,7 +352,8 @@ class _Nvml:
                               memory.used / (1024 * 1024) if memory is not None else None,
                               power / 1000.0 if power is not None else None,
                               _number(self._ask(nvml.nvmlDeviceGetClockInfo, handle, nvml.NVML_CLOCK_SM)),
-                              _number(self._ask(nvml.nvmlDeviceGetTemperature, handle, nvml.NVML_TEMPERATURE_GPU))])
+                              _number(self._ask(nvml.nvmlDeviceGetTemperature, handle, nvml.NVML_TEMPERATURE_GPU)),
+                              _number(self._ask(energy, handle)) if energy is not None else None])
             return found
         except Exception:  # a GPU that fell off the bus mid-query: no answer rather than a wrong one
             return None

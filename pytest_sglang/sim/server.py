@@ -98,6 +98,7 @@ class SimServer:
             ttft_s=knobs.ttft_ms / 1000.0,
             accept_length=knobs.accept_length if args.speculative else None,
             spec_speedup=knobs.spec_speedup,
+            stream_interval=args.stream_interval,
         )
         self.host_speed = HostSpeed(run, knobs.session_drift, knobs.wander, knobs.instance_drift,
                                     os.environ.get(INSTANCE_ENV))
