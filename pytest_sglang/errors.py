@@ -154,7 +154,10 @@ def describe_exit(code: int | None) -> str | None:
 
 
 class ServerError(PluginError):
-    """A server failed; the message is built from a Diagnosis."""
+    """A server failed; the message is built from a Diagnosis. ``member``: the fleet member or node that failed,
+    where the server has several (None: the server as a whole)."""
+
+    member: str | None = None
 
     def __init__(
         self,
@@ -227,10 +230,7 @@ class ServerStartupError(ServerError):
 
 
 class ServerDiedError(ServerError):
-    """A server that was ready has died during the session; ``member``: which member of a fleet (None: one
-    server)."""
-
-    member: str | None = None
+    """A server that was ready has died during the session."""
 
 
 class RemoteError(PluginError):

@@ -216,7 +216,8 @@ def wait_for(wait: Wait, *, on_status: StatusCallback, on_record: RecordCallback
     except ServerStartupError as exc:
         # the log that tells: the failing node's or member's own, where the error names one
         named = {"log_path": exc.log_path} if exc.log_path is not None else {}
-        on_record(wait.record("failed", clock(), error=str(exc), cause=exc.cause, **named))
+        cause = f"{exc.member}: {exc.cause}" if exc.member and exc.cause else exc.cause
+        on_record(wait.record("failed", clock(), error=str(exc), cause=cause, **named))
         raise
     except BaseException:  # Ctrl-C, or pytest-timeout cutting the wait
         on_record(wait.record("interrupted", clock()))
@@ -466,13 +467,15 @@ def _diagnosis(wait: Wait, code: int | None, peer: Peer | None = None) -> Diagno
 
 def _failure(wait: Wait, now: float, headline: str, code: int | None, peer: Peer | None = None) -> ServerStartupError:
     diagnosis = _diagnosis(wait, code, peer)
-    return ServerStartupError(
+    error = ServerStartupError(
         _on_node(wait, headline) if peer is None else headline, profile=wait.template.profile,
         log_path=peer.log_path if peer else wait.template.log_path,
         diagnosis=diagnosis,
         elapsed=now - wait.started_at, hints=wait.failure_hints(code, diagnosis),
         command=peer.command if peer is not None and peer.command else wait.command,
     )
+    error.member = peer.name if peer is not None else wait.node
+    return error
 
 
 _SIGNALLED = re.compile(r"(?i)\bgot signal\b|\bSignalException\b|\breceived signal\b|\bSIG(?:TERM|KILL|INT)\b")
