@@ -274,7 +274,7 @@ class Measure:
 
 def clean(line: str) -> str:
     """A line as the user reads it, without pytest's `E   ` and the short summary's prefixes."""
-    line = re.sub(r"^E\s+", "", line.strip().strip("= "))
+    line = re.sub(r"^E\s+", "", line.strip().strip("=! "))
     line = re.sub(r"^(ERROR|FAILED) \S+ - ", "", line)
     return re.sub(r"^Failed: ", "", line)
 
@@ -637,9 +637,9 @@ def table(rows: list[Row]) -> str:
         nexts = [m.next_failed for m in r.runs if m.next_failed is not None]
         if nexts:
             sees = f"next test failed in {sum(nexts)} of {len(r.runs)} runs; " + sees
-        differs = {_cell(m.sees, 80) for m in r.runs if m.ok}
+        differs = {re.sub(r"\d+(\.\d+)?", "N", _cell(m.sees, 80)) for m in r.runs if m.ok}
         if len(differs) > 1:
-            sees += f" ({len(differs)} different lines over the repeats)"
+            sees += f" ({len(differs)} different lines over the repeats, numbers aside)"
         codes = sorted({"hang" if m.returncode is None else str(m.returncode) for m in r.runs})
         left = sum(len(m.left) for m in r.runs)
         held = sorted({f"{label} {why}" for m in r.runs for label, why in m.held.items()})
