@@ -38,7 +38,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import datetime as dt
+import json
 import os
 import platform
 import re
@@ -66,6 +68,7 @@ sys.path.insert(0, str(REPO / "tests"))
 from helpers import marked_processes, profile_toml  # noqa: E402
 
 DOC = REPO / "docs" / "fleet-faults.md"
+RUNS = REPO / "benchmarks" / "results-fleet-faults" / "runs.json"  # what --render reads
 LEFT_WAIT_S = 15.0
 FAULT_AFTER_S = 2.0  # a server member's startup fault, seconds into its own startup (startup_seconds 30)
 ROUTER_FAULT_AFTER_S = 1.0  # the router's, seconds into its startup
@@ -697,7 +700,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--list", action="store_true", help="list the cases and exit")
     parser.add_argument("--out", type=Path, help=f"write the doc here (default with every case: {DOC})")
     parser.add_argument("--keep", action="store_true", help="keep each run's temp project")
+    parser.add_argument("--json", type=Path,
+                        help=f"also write every run's measures here (default with the doc: {RUNS})")
+    parser.add_argument("--render", type=Path, metavar="JSON",
+                        help="write the doc again from a --json file, running nothing (the doc's text changed)")
     args = parser.parse_args(argv)
+    if args.render is not None:
+        saved = json.loads(args.render.read_text())
+        rows = [Row(by_case[r["case"]], FLEETS[r["fleet"]], [Measure(**m) for m in r["runs"]])
+                for r in saved["rows"] for by_case in [{case.name: case for case in CASES}]]
+        out = args.out or DOC
+        out.write_text(document(rows, saved["wall"], saved["command"], saved["load_start"], saved["load_end"],
+                                saved["date"], saved["rev"]))
+        print(f"wrote {out}")
+        return 0
     if args.list:
         for case in CASES:
             print(f"{case.name:22} {case.scenario}")
@@ -732,18 +748,31 @@ def main(argv: list[str] | None = None) -> int:
     print(table(rows))
     print()
     print(details(rows))
+    command = " ".join(["python benchmarks/fleet_faults.py", f"--repeats {args.repeats}",
+                        f"--race-repeats {args.race_repeats}",
+                        *([f"--fleet {args.fleet}"] if args.fleet != "all" else []), *args.cases])
+    date, rev, load_end = dt.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z"), revision(), load()
+    saved = args.json or (RUNS if out is not None else None)
+    if saved is not None:
+        saved.parent.mkdir(parents=True, exist_ok=True)
+        saved.write_text(json.dumps({"command": command, "wall": wall, "load_start": load_start, "load_end": load_end,
+                                     "date": date, "rev": rev, "rows": [
+                                         {"case": r.case.name, "fleet": r.fleet.name,
+                                          "runs": [dataclasses.asdict(m) for m in r.runs]} for r in rows]}, indent=1))
+        print(f"\nwrote {saved}")
     if out is not None:
-        command = " ".join(["python benchmarks/fleet_faults.py", f"--repeats {args.repeats}",
-                            f"--race-repeats {args.race_repeats}", *args.cases])
-        out.write_text(document(rows, wall, command, load_start, load()))
-        print(f"\nwrote {out}")
+        out.write_text(document(rows, wall, command, load_start, load_end, date, rev))
+        print(f"wrote {out}")
     return 0 if all(r.ok for r in rows) else 1
 
 
-def document(rows: list[Row], wall: float, command: str, load_start: str, load_end: str) -> str:
-    rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True,
-                         text=True).stdout.strip()
-    date = dt.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
+def revision() -> str:
+    return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True,
+                          text=True).stdout.strip()
+
+
+def document(rows: list[Row], wall: float, command: str, load_start: str, load_end: str, date: str,
+             rev: str) -> str:
     ok = sum(r.ok for r in rows)
     return DOC_TEMPLATE.format(
         command=command, table=table(rows), details=details(rows),
