@@ -26,7 +26,7 @@ import psutil
 
 from pytest_sglang.errors import CpuAffinityError
 from pytest_sglang.launch.logdir import open_log
-from pytest_sglang.launch.members import TreeMembers
+from pytest_sglang.launch.members import TreeMembers, leader_exited
 
 OWNER_ENV = "PYTEST_SGLANG_OWNER"
 
@@ -64,6 +64,9 @@ class ProcessTree(Protocol):
     def poll(self) -> int | None: ...
 
     def stop(self, grace: float = 30.0) -> int | None: ...
+
+
+LEADER_EXIT_WAIT_SECONDS = 3.0
 
 
 class ServerProcess:
@@ -116,7 +119,13 @@ class ServerProcess:
 
     def poll(self) -> int | None:
         self.members.check()
-        return self.popen.poll()
+        code = self.popen.poll()
+        if code is None and leader_exited(self.pid):
+            # SIGKILLed: its main thread is a zombie while its other threads unwind (0.5-1 s for SGLang's
+            # launcher), and waitpid says nothing until they have; a check in that window must not see it alive
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                code = self.popen.wait(timeout=LEADER_EXIT_WAIT_SECONDS)
+        return code
 
     @property
     def returncode(self) -> int | None:
