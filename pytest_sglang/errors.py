@@ -223,7 +223,10 @@ class ServerStartupError(ServerError):
 
 
 class ServerDiedError(ServerError):
-    """A server that was ready has died during the session."""
+    """A server that was ready has died during the session; ``member``: which member of a fleet (None: one
+    server)."""
+
+    member: str | None = None
 
 
 class RemoteError(PluginError):

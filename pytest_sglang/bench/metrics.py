@@ -37,13 +37,14 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
+from pytest_sglang.bench.members import MemberLoad
 from pytest_sglang.bench.payloads import API_PATHS
 from pytest_sglang.bench.slo import meets_slo
 from pytest_sglang.bench.stream import StreamResult
 
 # Fields of BenchResult left out of to_dict(): the requests (on demand), what only the caller acts on, and the
 # rounds and spread (written in their own shape) (docs/report-schema.md lists every field of a report's "result").
-_NOT_REPORTED = frozenset({"requests", "connection_errors", "rounds", "spread", "telemetry"})
+_NOT_REPORTED = frozenset({"requests", "connection_errors", "rounds", "spread", "telemetry", "members"})
 
 # The figures of the GPU and server telemetry (telemetry.py): None where unmeasured, and the field that says why.
 GPU_FIGURES = ("gpu_energy_j", "energy_per_output_token_j", "output_tokens_per_joule", "gpu_util_mean_pct",
@@ -225,6 +226,8 @@ class BenchResult:
     rounds: list[BenchResult] = field(default_factory=list, repr=False)
     spread: dict[str, Spread] = field(default_factory=dict, repr=False)
     telemetry: dict[str, Any] | None = field(default=None, repr=False)  # the time series (the report's own key)
+    # a fleet's: what each server member served over the rounds, from its own /metrics (bench/members.py)
+    members: dict[str, MemberLoad] = field(default_factory=dict, repr=False)
 
     def to_dict(self, *, include_requests: bool = False) -> dict[str, Any]:
         """JSON-ready figures (``request_rate`` inf becomes the string "inf"), as docs/report-schema.md lists
@@ -238,6 +241,8 @@ class BenchResult:
                 value = "inf"
             out[f.name] = value
         out["spread"] = {m: sp.to_dict() for m, sp in self.spread.items()}
+        if self.members:
+            out["members"] = {name: load.to_dict() for name, load in self.members.items()}
         if len(self.rounds) > 1:
             out["rounds"] = [{k: v for k, v in r.to_dict().items() if k not in ("spread", "sweep")}
                              for r in self.rounds]

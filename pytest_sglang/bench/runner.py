@@ -39,6 +39,7 @@ from pytest_sglang.bench.cache import (
     resolve_cache_mode,
 )
 from pytest_sglang.bench.client import Client
+from pytest_sglang.bench.members import MemberScrapes
 from pytest_sglang.bench.metrics import (
     BenchResult,
     combine_rounds,
@@ -245,6 +246,7 @@ def run_bench(
     profile = profile if profile is not None else getattr(handle, "profile", None)
     client = Client(handle.base_url, api_key=handle.api_key, timeout=60, model=model or handle.model)
     tel: Telemetry | None = None
+    members = MemberScrapes(handle)
     try:
         served_model = None
         if api != "generate":
@@ -282,6 +284,7 @@ def run_bench(
                 tel.close()
             warm_bodies, round_bodies, round_lens = workload()
             wit = RoundWitness(client, enabled=server_metrics)
+            members.snaps.clear()
             marks = 0
 
             def between(results: list[StreamResult] | None) -> None:
@@ -289,6 +292,8 @@ def run_bench(
                 next round (after the scrape, outside the rounds' clocks)."""
                 nonlocal marks
                 wit.mark(results)
+                if marks in (0, rounds):  # a fleet's members: what each served over all the rounds
+                    members.mark()
                 marks += 1
                 if mode == "flush" and marks <= rounds:
                     flush_prefix_cache(client, handle.kind)
@@ -349,6 +354,7 @@ def run_bench(
                 if one.accept_length is None and server_accept is not None:
                     one.accept_length, one.accept_length_source = server_accept, "server_info"
         result = combine_rounds(per_round)
+        result.members = members.loads()
         for one in per_round:
             if one.cache_note:
                 warnings.warn(CachedRoundWarning(f"{handle.base_url}: {one.cache_note}"), stacklevel=2)

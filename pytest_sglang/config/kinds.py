@@ -159,3 +159,17 @@ GENERIC = Kind(
 )
 
 KINDS: dict[str, Kind] = {k.name: k for k in (SGLANG, VLLM, GENERIC)}
+
+# A fleet's router (sglang-router, smg): not a profile kind, the member in front of a fleet's servers. Its
+# "Router ready" line comes before any worker joined, so it is no readiness signal: the fleet waits on its
+# /readiness instead (server/fleet.py). It is written in Rust: a fatal error is a panic.
+ROUTER = Kind(
+    name="router",
+    command=("{python}", "-m", "sglang_router.launch_router"),
+    model_flag=None,
+    ready_pattern=None,
+    health_path="/health",
+    phases=(_rule("http_up", "router up", r"Router ready|Starting server on|Listening on",
+                  "Router ready", "Starting server on", "Listening on"),),
+    fatal_markers=(_marker(r"panicked at", "panicked at"),),
+)

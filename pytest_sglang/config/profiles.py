@@ -12,6 +12,7 @@ from difflib import get_close_matches
 from pathlib import Path
 from typing import Any, Literal
 
+from pytest_sglang.config.fleet import RoleSpec, RouterSpec, Topology, check_fleet, parse_role, parse_router, topology
 from pytest_sglang.config.kinds import KINDS
 from pytest_sglang.config.slurm import SlurmSpec, parse_slurm
 from pytest_sglang.errors import ProfileError
@@ -62,6 +63,11 @@ PROFILE_KEYS: dict[str, Key] = {
     "slurm": Key((dict,), "a table such as { nodes = 2, gpus_per_node = 8, partition = 'gpu', time = '02:00:00' }",
                  "update"),
     "cpus": Key((list, str), "CPU indices such as [0, 1, 2, 3] or a string such as '0-6' or '0-3,8'"),
+    "replicas": Key((int,), "an integer >= 1: data-parallel workers behind a router"),
+    "router": Key((dict,), "a table such as { python = '/opt/router/bin/python', args = ['--policy', 'round_robin'] }",
+                  "update"),
+    "prefill": Key((dict,), "a table such as { replicas = 1, args = [...], env = {...} }", "update"),
+    "decode": Key((dict,), "a table such as { replicas = 1, args = [...], env = {...} }", "update"),
 }
 SIM_KNOBS = frozenset(f.name for f in fields(Knobs))
 SIM_FAULTS = (None, *FAULTS)
@@ -95,6 +101,10 @@ class Profile:
     gpus: tuple[int, ...] | None = None  # exported as CUDA_VISIBLE_DEVICES (two A/B servers on their own GPUs)
     slurm: SlurmSpec | None = None  # spread over nodes through one srun step (launch/slurm.py)
     cpus: tuple[int, ...] | None = None  # the launched tree's CPU affinity (two A/B servers off each other's cores)
+    replicas: int | None = None  # workers behind the router (config/fleet.py)
+    router: RouterSpec | None = None  # a fleet's router; set on every fleet, defaulted where the file has none
+    prefill: RoleSpec | None = None
+    decode: RoleSpec | None = None
     unset: Mapping[str, str] = field(default_factory=dict, repr=False)  # key -> why its ${VAR} is unset
 
     @property
@@ -104,6 +114,13 @@ class Profile:
         if self.gpus is not None:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in self.gpus)
         return env
+
+    @property
+    def topology(self) -> Topology | None:
+        """The fleet this profile launches ("router": replicas behind a router, "pd": prefill/decode), or None."""
+        if self.prefill is not None:
+            return "pd"
+        return "router" if self.router is not None else None
 
     @property
     def api_key(self) -> str | None:
@@ -360,6 +377,15 @@ class _Loader:
             load_knobs(json.dumps(sim))
         except KnobError as exc:
             raise ProfileError(f"{self.where(name, 'sim')}: {str(exc).removeprefix(KNOB_ENV + ': ')}.") from None
+        fleet = topology(self.where(name), merged)
+        if fleet is not None:
+            check_fleet(self.where(name), merged)
+        if fleet == "pd" and kind != "sglang":
+            raise ProfileError(f"{self.where(name, 'kind')}: prefill/decode disaggregation is SGLang's; a "
+                               f"{kind!r} fleet takes `replicas` behind a router instead.")
+        if fleet is None and sim.get("fault_member") is not None:
+            raise ProfileError(f"{self.where(name, 'sim')}: fault_member names a member of a fleet, and profile "
+                               f"{name!r} is one server (no replicas, router or prefill/decode); drop it.")
         return Profile(
             name=name,
             source=self.path,
@@ -383,6 +409,10 @@ class _Loader:
             gpus=tuple(int(g) for g in gpus) if gpus is not None else None,
             slurm=slurm,
             cpus=cpus,
+            replicas=merged.get("replicas", 1 if fleet == "router" else None),
+            router=parse_router(self.where(name), merged.get("router", {})) if fleet else None,
+            prefill=parse_role(self.where(name), "prefill", merged["prefill"]) if fleet == "pd" else None,
+            decode=parse_role(self.where(name), "decode", merged["decode"]) if fleet == "pd" else None,
             unset=dict(self.unset.get(name, {})),
         )
 
@@ -416,7 +446,7 @@ def _as_raw(profile: Profile) -> dict[str, Any]:
             continue
         value = getattr(profile, key)
         if value != getattr(defaults, key):
-            if isinstance(value, SlurmSpec):
+            if isinstance(value, (SlurmSpec, RoleSpec, RouterSpec)):
                 value = value.as_raw()
             raw[key] = list(value) if isinstance(value, tuple) else value
     return raw

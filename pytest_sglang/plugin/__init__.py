@@ -33,6 +33,7 @@ from pytest_sglang.session import SessionLedger
 
 if TYPE_CHECKING:
     from pytest_sglang.config.profiles import Profile, ProfileSet
+    from pytest_sglang.launch.fleet import FleetPlan
     from pytest_sglang.launch.plan import LaunchPlan
     from pytest_sglang.server import ServerHandle, StartupRecord
 
@@ -190,7 +191,8 @@ class SGLangPlugin:
 
         profile = self.profiles().select([param])[0] if param != URL_PARAM else None
         asked = Asked(url=self.settings.url, reuse=self.settings.reuse, xdist=self.shared is not None)
-        origins = Origins(shared=self.shared, rootdir=self.settings.rootdir, plan=self.plan, on_status=self.status,
+        origins = Origins(shared=self.shared, rootdir=self.settings.rootdir, plan=self.plan,
+                          plan_fleet=self.plan_fleet, on_status=self.status,
                           on_record=self.ledger.add_startup, on_kept=self.ledger.kept.append)
         return open_server(profile, asked, origins, name=profile.name if profile else param)
 
@@ -202,6 +204,16 @@ class SGLangPlugin:
         plan = plan_launch(profile, sim=self.settings.sim, log_dir=self._log_dir,
                            startup_timeout=self.settings.startup_timeout, sim_run=self.sim_run)
         self.measure.server_fingerprints[profile.name] = plan.server_fingerprint  # A/A runs: sglang_ab's pair alike
+        return plan
+
+    def plan_fleet(self, profile: Profile) -> FleetPlan:
+        from pytest_sglang.launch.fleet import plan_fleet
+
+        if self._log_dir is None:
+            self._log_dir = self.settings.make_log_dir()
+        plan = plan_fleet(profile, sim=self.settings.sim, log_dir=self._log_dir,
+                          startup_timeout=self.settings.startup_timeout, sim_run=self.sim_run)
+        self.measure.server_fingerprints[profile.name] = plan.fingerprint
         return plan
 
     def status(self, text: str) -> None:
@@ -289,7 +301,9 @@ class SGLangPlugin:
     def _note_death(self, server: ServerHandle, death: ServerDiedError) -> None:
         record = self.ledger.startups.get(server.record.profile)
         if record is not None and record.died is None:
-            self.ledger.add_startup(record.dying(death.cause or death.headline))
+            why = death.cause or death.headline
+            self.ledger.add_startup(record.dying(f"{death.member}: {why}" if death.member else why,
+                                                 log_path=death.log_path))
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[

@@ -93,6 +93,8 @@ def profile_lines(profile: Profile, settings: Settings) -> tuple[list[str], bool
     register_profile_secrets(profile)
     problems = [message for key, message in profile.unset.items() if not (settings.sim and key in NOT_NEEDED_BY_SIM)]
     log_dir = Path(settings.log_dir_option).resolve() if settings.log_dir_option else None
+    if profile.topology is not None:
+        return _fleet_lines(profile, settings, problems, log_dir)
     plan: LaunchPlan | None = None
     try:
         plan = plan_launch(replace(profile, unset={}), sim=settings.sim,
@@ -129,6 +131,40 @@ def profile_lines(profile: Profile, settings: Settings) -> tuple[list[str], bool
                                  f"without log progress, shutdown grace {profile.shutdown_grace:g} s"))
         where = "" if log_dir else " (NEW-RUN-FOLDER: a new folder for each run)"
         rows.append(("log", f"{plan.log_path}{where}"))
+    rows += [("problem", problem) for problem in problems]
+    rows += [("warning", f"without --sglang-sim: {problem}") for problem in later]
+    width = max(len(label) for label, _ in rows)
+    return [f"profile {profile.name}"] + [f"  {label.ljust(width)}  {text}" for label, text in rows], not problems
+
+
+def _fleet_lines(profile: Profile, settings: Settings, problems: list[str],
+                 log_dir: Path | None) -> tuple[list[str], bool]:
+    """A fleet: every member's command, in start order, and what makes the whole ready."""
+    from pytest_sglang.launch.fleet import fleet_problems, plan_fleet
+
+    folder = log_dir or state_dir() / "logs" / "NEW-RUN-FOLDER"
+    fleet = plan_fleet(replace(profile, unset={}), sim=settings.sim, log_dir=folder,
+                       startup_timeout=settings.startup_timeout, check=False)
+    problems += fleet_problems(fleet)
+    later = fleet_problems(plan_fleet(replace(profile, unset={}), sim=False, log_dir=folder,
+                                      check=False)) if settings.sim else []
+    what = "prefill/decode servers" if profile.topology == "pd" else "data-parallel workers"
+    rows = [("kind", f"{profile.kind}, a fleet of {len(fleet.servers)} {what} behind a router"
+             + (" (the bundled simulator plays every member: --sglang-sim)" if settings.sim else ""))]
+    rows += [(member.name, shlex.join(member.plan.argv)) for member in fleet.members]
+    rows.append(("listens on", f"{fleet.router.plan.host}:{fleet.router.plan.port} (the router; "
+                 + ("its port is fixed by the profile" if profile.port else "every port is an example: free ones "
+                    "are chosen at each launch") + ")"))
+    rows.append(("env", " ".join(f"{name}={_shown(name, value)}" for name, value in profile.env.items())
+                 or "(none beyond pytest's own environment)"))
+    first = fleet.servers[0].plan
+    rows.append(("ready when", f"every server is ready ({first.readiness.describe()}), then the router's GET "
+                               f"/readiness answers 200 counting {len(fleet.servers)} healthy"))
+    rows.append(("alive while", "every member's process runs (each watched on its own, not through the router)"))
+    rows.append(("timeouts", f"startup {first.startup_timeout:g} s for the whole fleet, stall {first.stall_timeout:g} "
+                             f"s without log progress, shutdown grace {profile.shutdown_grace:g} s"))
+    rows.append(("logs", f"{folder}/{profile.name}.MEMBER.log"
+                 + ("" if log_dir else " (NEW-RUN-FOLDER: a new folder for each run)")))
     rows += [("problem", problem) for problem in problems]
     rows += [("warning", f"without --sglang-sim: {problem}") for problem in later]
     width = max(len(label) for label, _ in rows)

@@ -188,6 +188,27 @@ def history_lines(report: dict[str, Any]) -> list[str]:
     return out
 
 
+def _member_lines(report: dict[str, Any]) -> list[str]:
+    """Per benchmark through a fleet's router: ``p test_x: worker0 33 requests (52 %, 4224 tok out), worker1 ...``
+    (each member's own /metrics, bench/members.py)."""
+    out = []
+    for name, prof in report["profiles"].items():
+        for bench in prof["benchmarks"]:
+            loads = bench["result"].get("members") or {}
+            totals: dict[str, int] = {}  # per role: a request reaches one prefill and one decode member
+            for load in loads.values():
+                totals[load["role"]] = totals.get(load["role"], 0) + (load["requests"] or 0)
+            parts = [f"{member} ({load['role']}) {load['requests'] if load['requests'] is not None else '?'} requests"
+                     + (f" ({100.0 * load['requests'] / totals[load['role']]:.0f} % of the {load['role']}s)"
+                        if totals[load["role"]] and load["requests"] is not None else "")
+                     + f", {load['prompt_tokens'] if load['prompt_tokens'] is not None else '?'} tok in, "
+                       f"{load['generation_tokens'] if load['generation_tokens'] is not None else '?'} tok out"
+                     for member, load in loads.items()]
+            if parts:
+                out.append(f"{name} {_test_label(bench)}: " + "; ".join(parts))
+    return out
+
+
 def terminal_lines(report: dict[str, Any]) -> list[str]:
     rows = _rows(report)
     if not rows:
@@ -208,6 +229,7 @@ def terminal_lines(report: dict[str, Any]) -> list[str]:
         out += [f"note: {note}" for note in _notes(name, prof, report)]
     out += [f"telemetry: {line}" for line in _telemetry_lines(report)]
     out += [f"prefix cache: {line}" for line in _cache_lines(report)]
+    out += [f"fleet members: {line}" for line in _member_lines(report)]
     return out + ab_lines(report) + history_lines(report) + gate_lines(report)
 
 

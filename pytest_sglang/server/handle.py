@@ -8,7 +8,7 @@ whether it is still alive and what closing it means.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
@@ -60,6 +60,8 @@ class ServerHandle:
     record: StartupRecord
     liveness: Liveness = field(repr=False)
     api_key: str | None = field(default=None, repr=False)
+    # A fleet's members by name (router, worker0.., prefill0.., decode0..), each a handle of its own; {}: one server
+    members: Mapping[str, ServerHandle] = field(default_factory=dict, repr=False)
     _death: ServerDiedError | None = field(default=None, repr=False)
 
     profile = property(lambda self: self.record.profile)

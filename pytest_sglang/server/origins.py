@@ -64,20 +64,7 @@ def start_server(plan: LaunchPlan, *, on_status: StatusCallback = ignore, on_rec
     def say(text: str) -> None:
         on_status(f"[sglang {profile.name}] {text}")
 
-    wait_for_dying_holder(plan.host, plan.port, on_status=say)  # a predecessor still on its way out
-    check_port_free(plan.host, plan.port, plan.health_path)
-    try:
-        process = ServerProcess(plan.argv, env=plan.env, log_path=plan.log_path,
-                                reap_on_parent_death=reap and not keep, guardian_pid=guardian_pid, cpus=profile.cpus)
-    except CpuAffinityError as exc:
-        raise CpuAffinityError(f"{profile.source}: profile {profile.name!r}, key 'cpus': {exc}") from None
-    except OSError as exc:  # the program is there but cannot be run (no exec bit on a mount, a script's shebang)
-        raise ServerStartupError(
-            f"could not run {plan.argv[0]}: {exc.strerror or exc}", profile=profile.name, log_path=None,
-            diagnosis=Diagnosis(), command=plan.argv,
-            hints=[f"check that {plan.argv[0]} runs on its own: `{plan.argv[0]} --version`"]) from None
-    watcher = LogWatcher(plan.kind, ready_pattern=plan.ready_pattern, started_at=process.started_at,
-                         tail=LogTail(plan.log_path))
+    process, watcher = spawn(plan, say=say, reap=reap and not keep, guardian_pid=guardian_pid)
     template = StartupRecord(profile=profile.name, kind=plan.kind.name, origin="launched", outcome="ready",
                              host=plan.host, port=plan.port, model=profile.model, log_path=plan.log_path,
                              pid=process.pid)
@@ -94,6 +81,28 @@ def start_server(plan: LaunchPlan, *, on_status: StatusCallback = ignore, on_rec
                                 log_path=plan.log_path, host=plan.host, port=plan.port,
                                 shutdown_grace=profile.shutdown_grace, keep=keep, on_status=say)
     return LaunchedServer(record, liveness, profile.api_key)
+
+
+def spawn(plan: LaunchPlan, *, say: StatusCallback, reap: bool = True,
+          guardian_pid: int | None = None) -> tuple[ServerProcess, LogWatcher]:
+    """Start the planned server's process (its port checked free first) and the watcher of its log; nothing
+    waits for it here. ``reap``: tie it to this pytest (or to ``guardian_pid``), so it dies with it."""
+    profile = plan.profile
+    wait_for_dying_holder(plan.host, plan.port, on_status=say)  # a predecessor still on its way out
+    check_port_free(plan.host, plan.port, plan.health_path)
+    try:
+        process = ServerProcess(plan.argv, env=plan.env, log_path=plan.log_path, reap_on_parent_death=reap,
+                                guardian_pid=guardian_pid, cpus=profile.cpus)
+    except CpuAffinityError as exc:
+        raise CpuAffinityError(f"{profile.source}: profile {profile.name!r}, key 'cpus': {exc}") from None
+    except OSError as exc:  # the program is there but cannot be run (no exec bit on a mount, a script's shebang)
+        raise ServerStartupError(
+            f"could not run {plan.argv[0]}: {exc.strerror or exc}", profile=profile.name, log_path=None,
+            diagnosis=Diagnosis(), command=plan.argv,
+            hints=[f"check that {plan.argv[0]} runs on its own: `{plan.argv[0]} --version`"]) from None
+    watcher = LogWatcher(plan.kind, ready_pattern=plan.ready_pattern, started_at=process.started_at,
+                         tail=LogTail(plan.log_path))
+    return process, watcher
 
 
 def startup_wait(plan: LaunchPlan, *, template: StartupRecord, process: ProcessTree, watcher: LogWatcher,

@@ -140,14 +140,19 @@ def health_probe(plan: LaunchPlan, base_url: str) -> Probe | None:
 
 @dataclass(eq=False)
 class Peer:
-    """Another node of a server that spans nodes (server/slurm.py): its own log, watched by the same rules, and
-    its own health server, which answers 200 once that node's schedulers are up."""
+    """Another part of the server that must be up too, with its own log watched by the same rules and its own
+    health answer: another node of a server that spans nodes (server/slurm.py, one process tree for all), or a
+    member of a fleet (server/fleet.py), which has a process of its own."""
 
-    name: str  # "node 1 (node2)": the node rank and its hostname
+    name: str  # "node 1 (node2)": the node rank and its hostname; a fleet member's name ("worker1")
     watcher: LogWatcher
     probe: HealthCheck | None  # None: the node serves no HTTP (vLLM's --headless), its log and its process tell
     log_path: Path
     up: bool = False
+    process: ProcessTree | None = None  # a fleet member's own; None: the peer lives in the wait's process tree
+    wait_for_line: bool = False  # its ready line must come before its probe counts
+    command: list[str] | None = None
+    up_at: float | None = None  # when it was first seen up (the loop's clock)
 
 
 @dataclass
@@ -231,11 +236,21 @@ def _until_ready(wait: Wait, on_status: StatusCallback, clock: Clock, sleep: Sle
         seconds = verdicts.ready(now)
         if seconds is not None:
             return seconds
-        watcher = wait.watcher
-        if watcher is not None and (watcher.phase_label != last_label or now - last_status >= STATUS_EVERY_SECONDS):
-            on_status(f"[sglang {wait.template.profile}] {now - wait.started_at:.0f} s  {watcher.status(now)}")
-            last_status, last_label = now, watcher.phase_label
+        label = _progress(wait, now)
+        if label is not None and (label[0] != last_label or now - last_status >= STATUS_EVERY_SECONDS):
+            on_status(f"[sglang {wait.template.profile}] {now - wait.started_at:.0f} s  {label[1]}")
+            last_status, last_label = now, label[0]
         sleep(POLL_SECONDS)
+
+
+def _progress(wait: Wait, now: float) -> tuple[str | None, str] | None:
+    """(what changes the status line, the line's text): the server's phase, or each fleet member's."""
+    if wait.watcher is not None:
+        return wait.watcher.phase_label, wait.watcher.status(now)
+    if not wait.peers:
+        return None
+    states = [f"{p.name} {'ready' if p.up else p.watcher.phase_label or 'starting'}" for p in wait.peers]
+    return "; ".join(states), "; ".join(states)
 
 
 class _Verdicts:
@@ -253,8 +268,8 @@ class _Verdicts:
         self.member_died_at: float | None = None
         self.last_peer_probe = -PROBE_EVERY_SECONDS
         self.conditions: tuple[Callable[[float], ServerStartupError | None], ...] = (
-            self.exited, self.peer_crashed, self.crashed, self.member_died, self.timed_out, self.refused,
-            self.stalled)
+            self.exited, self.peer_exited, self.peer_crashed, self.crashed, self.member_died, self.timed_out,
+            self.refused, self.stalled)
 
     def failure(self, now: float) -> ServerStartupError | None:
         for condition in self.conditions:
@@ -285,11 +300,21 @@ class _Verdicts:
                             code, culprit)
         return _failure(wait, self.clock(), "server exited during startup", code)
 
+    def peer_exited(self, now: float) -> ServerStartupError | None:
+        """A peer with a process of its own (a fleet member) exited: named, with its log's root cause."""
+        for peer in self.wait.peers:
+            code = peer.process.poll() if peer.process is not None else None
+            if code is not None:
+                peer.watcher.poll(now, final=True)
+                return _failure(self.wait, self.clock(), f"{peer.name} exited during startup", code, peer)
+        return None
+
     def peer_crashed(self, now: float) -> ServerStartupError | None:
         for peer in self.wait.peers:
             if _settled(peer.watcher, now):
+                everywhere = "every member" if peer.process is not None else "every node"
                 return _failure(self.wait, now, f"{peer.name} crashed during startup (the server has been stopped "
-                                                "on every node)", None, peer)
+                                                f"on {everywhere})", None, peer)
         return None
 
     def crashed(self, now: float) -> ServerStartupError | None:
@@ -334,13 +359,17 @@ class _Verdicts:
         named (rank 0 waits silently in its init for a node that never joined); where rank 0 is as far along,
         a silent other node is named before it."""
         wait, watcher = self.wait, self.wait.watcher
-        if watcher is None or wait.stall_timeout is None:
+        if wait.stall_timeout is None or (watcher is None and not wait.peers):
             return None
         waiting = [peer for peer in wait.peers if not peer.up]
         quiet = {id(peer): now - (peer.watcher.last_line_at or wait.started_at) for peer in waiting}
-        quiet[id(watcher)] = now - (watcher.last_line_at or wait.started_at)
-        if max(quiet.values()) < wait.stall_timeout:
+        if watcher is not None:
+            quiet[id(watcher)] = now - (watcher.last_line_at or wait.started_at)
+        if not quiet or max(quiet.values()) < wait.stall_timeout:
             return None
+        if watcher is None:  # a fleet's members: the quietest one that is not up yet
+            quietest = max(waiting, key=lambda p: quiet[id(p)])
+            return _peer_stalled(wait, now, quietest, quiet[id(quietest)])
         behind = min(waiting, key=lambda p: (len(p.watcher.phases), -quiet[id(p)]), default=None)
         if behind is not None and len(behind.watcher.phases) <= len(watcher.phases):
             return _peer_stalled(wait, now, behind, quiet[id(behind)])
@@ -370,7 +399,10 @@ class _Verdicts:
         if down and now - self.last_peer_probe >= PROBE_EVERY_SECONDS:
             self.last_peer_probe = now
             for peer in down:
-                peer.up = peer.watcher.failing_since is None and (peer.probe is None or peer.probe.ok(timeout=1.0))
+                peer.up = (peer.watcher.failing_since is None
+                           and (not peer.wait_for_line or peer.watcher.ready_at is not None)
+                           and (peer.probe is None or peer.probe.ok(timeout=1.0)))
+                peer.up_at = now if peer.up else None
         return all(peer.up for peer in self.wait.peers)
 
 
@@ -390,7 +422,8 @@ def _settle_seconds(watcher: LogWatcher) -> float:
 def _diagnosis(wait: Wait, code: int | None, peer: Peer | None = None) -> Diagnosis:
     watcher = peer.watcher if peer is not None else wait.watcher
     diagnosis = watcher.diagnosis(exit_code=code) if watcher is not None else Diagnosis(exit_code=code)
-    diagnosis.died_first = died_first(wait.process)  # which process of the tree died first, and how
+    # which process of the tree died first, and how
+    diagnosis.died_first = died_first(peer.process if peer is not None and peer.process is not None else wait.process)
     return diagnosis
 
 
@@ -400,7 +433,8 @@ def _failure(wait: Wait, now: float, headline: str, code: int | None, peer: Peer
         _on_node(wait, headline) if peer is None else headline, profile=wait.template.profile,
         log_path=peer.log_path if peer else wait.template.log_path,
         diagnosis=diagnosis,
-        elapsed=now - wait.started_at, hints=wait.failure_hints(code, diagnosis), command=wait.command,
+        elapsed=now - wait.started_at, hints=wait.failure_hints(code, diagnosis),
+        command=peer.command if peer is not None and peer.command else wait.command,
     )
 
 
@@ -441,13 +475,18 @@ def _on_node(wait: Wait, headline: str) -> str:
 
 
 def _peer_stalled(wait: Wait, now: float, peer: Peer, quiet: float) -> ServerStartupError:
-    rank0 = wait.watcher.phase_label if wait.watcher is not None else None
+    phase = peer.watcher.phase_label or "starting"
+    headline = f"{peer.name} has logged nothing new for {quiet:.0f} s in phase {phase}"
+    if wait.watcher is None:  # a fleet member: nobody waits on it but the fleet
+        look = f"{peer.name} never got past its phase: look at its log's last lines for what it waits on"
+        headline += f" (stall_timeout {wait.stall_timeout:g} s)"
+    else:
+        rank0 = wait.watcher.phase_label
+        headline += f"; rank 0 is waiting in {rank0 or 'starting'} (stall_timeout {wait.stall_timeout:g} s)"
+        look = (f"{peer.name} never got past its phase while rank 0 waited for it: look at its log's last lines "
+                "(the distributed init address and port reachable from it, its GPUs, its NCCL/gloo network)")
     return ServerStartupError(
-        f"{peer.name} has logged nothing new for {quiet:.0f} s in phase {peer.watcher.phase_label or 'starting'}; "
-        f"rank 0 is waiting in {rank0 or 'starting'} (stall_timeout {wait.stall_timeout:g} s)",
-        profile=wait.template.profile, log_path=peer.log_path, diagnosis=_diagnosis(wait, None, peer),
-        elapsed=now - wait.started_at, command=wait.command,
-        hints=[f"{peer.name} never got past its phase while rank 0 waited for it: look at its log's last lines "
-               "(the distributed init address and port reachable from it, its GPUs, its NCCL/gloo network)",
-               "if this phase is legitimately silent for longer, raise stall_timeout in the profile"],
+        headline, profile=wait.template.profile, log_path=peer.log_path, diagnosis=_diagnosis(wait, None, peer),
+        elapsed=now - wait.started_at, command=peer.command or wait.command,
+        hints=[look, "if this phase is legitimately silent for longer, raise stall_timeout in the profile"],
     )

@@ -47,9 +47,10 @@ class StartupRecord:
         headline = ((self.error or "").splitlines() or [""])[0].replace(f"[sglang {self.profile}] ", "")
         return self.cause or headline or self.outcome
 
-    def dying(self, why: str) -> StartupRecord:
-        """This record, of a server that was ready and has died during the session."""
-        return replace(self, died=why)
+    def dying(self, why: str, log_path: Path | None = None) -> StartupRecord:
+        """This record, of a server that was ready and has died during the session (``log_path``: the log that
+        tells, where it is not the record's own: a fleet member's)."""
+        return replace(self, died=why, log_path=log_path or self.log_path)
 
     def reused(self) -> StartupRecord:
         """This record, as seen by a later run that attaches to the kept server."""

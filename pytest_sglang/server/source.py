@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pytest_sglang.config import Profile
 from pytest_sglang.errors import PluginError, PortInUseError
+from pytest_sglang.launch.fleet import FleetPlan
 from pytest_sglang.launch.plan import LaunchPlan
 from pytest_sglang.server.handle import ServerHandle
 from pytest_sglang.server.ready import RecordCallback, StatusCallback
@@ -22,7 +23,7 @@ from pytest_sglang.server.ready import RecordCallback, StatusCallback
 if TYPE_CHECKING:
     from pytest_sglang.server.shared import SharedServers
 
-Source = Literal["url", "ssh", "slurm", "xdist", "reuse", "launch"]
+Source = Literal["url", "ssh", "slurm", "xdist", "reuse", "launch", "fleet"]
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,15 @@ def server_source(profile: Profile | None, asked: Asked) -> Source:
                               "--sglang-url is someone else's, not this run's to keep; drop one of the two.")
         return "url"
     assert profile is not None
+    if profile.topology is not None:
+        if asked.xdist:
+            raise PluginError(f"[sglang {name}] profile {name!r} is a fleet (a router and its servers), and fleets "
+                              "are not shared by pytest-xdist workers yet: each worker would launch its own. Run "
+                              "its tests with -n 0.")
+        if asked.reuse:
+            raise PluginError(f"[sglang {name}] --sglang-reuse: profile {name!r} is a fleet, and fleets are not kept "
+                              "across runs yet: drop --sglang-reuse for it (each run launches it anew).")
+        return "fleet"
     remote = ("runs through SLURM" if profile.slurm else f"runs on {profile.ssh} over ssh" if profile.ssh else None)
     if remote is not None:
         if asked.xdist:
@@ -71,6 +81,7 @@ class Origins:
     shared: SharedServers | None
     rootdir: Path
     plan: Callable[[Profile], LaunchPlan]  # a launch's plan, made only where one is launched
+    plan_fleet: Callable[[Profile], FleetPlan]  # a fleet's, likewise
     on_status: StatusCallback
     on_record: RecordCallback
     on_kept: Callable[[str], None]  # "profile: pid N on port P", for the summary's list of kept servers
@@ -89,6 +100,10 @@ def open_server(profile: Profile | None, asked: Asked, origins: Origins, *, name
                              readiness=attach_readiness(profile), api_key=profile.api_key if profile else None,
                              **callbacks)
     assert profile is not None
+    if source == "fleet":
+        from pytest_sglang.server.fleet import launch_fleet
+
+        return launch_fleet(origins.plan_fleet(profile), **callbacks)
     plan = origins.plan(profile)
     if source == "slurm":
         from pytest_sglang.server.slurm import launch_slurm_server

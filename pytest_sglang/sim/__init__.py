@@ -6,15 +6,17 @@ logs SGLang's startup lines at a configurable pace and then serves /health, /gen
 endpoints with paced, deterministic tokens. Knobs come as a JSON object in the PYTEST_SGLANG_SIM
 environment variable (see config.Knobs); faults ("traceback", "exit", "hang", "bad-flag") and mid-session
 crashes reproduce SGLang's real failure modes. `python -m pytest_sglang.sim.replay LOGFILE` replays a real
-server log through a real process instead.
+server log through a real process instead. `python -m pytest_sglang.sim.router <launch_router flags>` plays
+sglang-router in front of simulators (data-parallel workers, or prefill/decode members started with
+--disaggregation-mode); the knob `fault_member` with PYTEST_SGLANG_SIM_MEMBER picks the fleet member that faults.
 
 Modules: config (flags and knobs), logfmt (SGLang's line format), engine (tokens and their schedule), drift
 (the host's speed: a factor per pytest run, one per server instance, a wander within the run), server (main
-process and HTTP), worker (scheduler and detokenizer children), replay (log replayer).
+process and HTTP), worker (scheduler and detokenizer children), replay (log replayer), router (the router).
 """
 
 from __future__ import annotations
 
-from pytest_sglang.sim.config import DEFAULT_MODEL, FAULTS, KNOB_ENV, Knobs, load_knobs
+from pytest_sglang.sim.config import DEFAULT_MODEL, FAULTS, KNOB_ENV, MEMBER_ENV, Knobs, for_member, load_knobs
 
-__all__ = ["DEFAULT_MODEL", "FAULTS", "KNOB_ENV", "Knobs", "load_knobs"]
+__all__ = ["DEFAULT_MODEL", "FAULTS", "KNOB_ENV", "MEMBER_ENV", "Knobs", "for_member", "load_knobs"]

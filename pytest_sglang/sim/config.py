@@ -6,10 +6,15 @@ import argparse
 import json
 import math
 import os
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
 KNOB_ENV = "PYTEST_SGLANG_SIM"
+# A fleet member's name ("router", "worker0", "prefill0", "decode1", ...), set by the plugin on each member's
+# environment: the fault knobs apply to the member the `fault_member` knob names.
+MEMBER_ENV = "PYTEST_SGLANG_SIM_MEMBER"
+DISAGGREGATION_MODES = ("null", "prefill", "decode")
+DEFAULT_BOOTSTRAP_PORT = 8998
 FAULTS = ("traceback", "exit", "hang", "bad-flag")
 METRICS_FORMATS = ("sglang", "vllm")
 DEFAULT_MODEL = "sglang-sim/tiny-llama"
@@ -25,6 +30,7 @@ class Knobs:
     fault_after: float | None = None  # seconds into startup; default 60% of startup_seconds
     fault_node: int | None = None  # the node rank (--node-rank) the fault happens on; None: node 0
     crash_after_requests: int | None = None  # scheduler crash (traceback, sigquit, SIGKILL) after N requests
+    fault_member: str | None = None  # the fleet member (its PYTEST_SGLANG_SIM_MEMBER) the fault knobs apply to
     ignore_sigterm: bool = False  # children setsid() and ignore SIGTERM: they escape on purpose
     accept_length: float = 3.2  # tokens per verify step, only under speculative decoding
     spec_speedup: float = 1.0  # per-request pace multiplier under speculative decoding
@@ -118,11 +124,25 @@ def _validate(k: Knobs) -> None:
         or k.crash_after_requests < 0
     ):
         raise KnobError(f"{KNOB_ENV}: crash_after_requests must be an integer >= 0 or null")
+    if k.fault_member is not None and (not isinstance(k.fault_member, str) or not k.fault_member.strip()):
+        raise KnobError(f"{KNOB_ENV}: fault_member must be a member name (router, worker0, prefill0, decode0, ...) "
+                        f"or null, got {k.fault_member!r}")
     if k.request_trace is not None and (not isinstance(k.request_trace, str) or not k.request_trace):
         raise KnobError(f"{KNOB_ENV}: request_trace must be a file path (a non-empty string) or null, "
                         f"got {k.request_trace!r}")
     k.ignore_sigterm = bool(k.ignore_sigterm)
     k.reuse_port = bool(k.reuse_port)
+
+
+def for_member(knobs: Knobs, member: str | None = None) -> Knobs:
+    """The knobs as the process named ``member`` (default: its PYTEST_SGLANG_SIM_MEMBER) takes them: the fault
+    knobs (fault, fault_after, crash_after_requests) only when fault_member is null or names this process; a
+    process without a member name (a plain server) takes them only when fault_member is null."""
+    if member is None:
+        member = os.environ.get(MEMBER_ENV) or None
+    if knobs.fault_member is None or knobs.fault_member == member:
+        return knobs
+    return replace(knobs, fault=None, fault_after=None, crash_after_requests=None)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -142,6 +162,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--nnodes", type=int, default=1)
     p.add_argument("--node-rank", dest="node_rank", type=int, default=0)
     p.add_argument("--dist-init-addr", dest="dist_init_addr", default=None)
+    p.add_argument("--disaggregation-mode", dest="disaggregation_mode", choices=DISAGGREGATION_MODES, default="null")
+    p.add_argument("--disaggregation-bootstrap-port", dest="disaggregation_bootstrap_port", type=int,
+                   default=DEFAULT_BOOTSTRAP_PORT)
+    p.add_argument("--disaggregation-transfer-backend", dest="disaggregation_transfer_backend", default="mooncake")
+    p.add_argument("--disaggregation-decode-retraction-backup", dest="disaggregation_decode_retraction_backup",
+                   default=None)
     return p
 
 
@@ -162,6 +188,14 @@ class ServerArgs:
     nnodes: int = 1
     node_rank: int = 0
     dist_init_addr: str | None = None
+    disaggregation_mode: str = "null"
+    disaggregation_bootstrap_port: int = DEFAULT_BOOTSTRAP_PORT
+    disaggregation_transfer_backend: str = "mooncake"
+    disaggregation_decode_retraction_backup: str | None = None
+
+    @property
+    def disaggregated(self) -> bool:
+        return self.disaggregation_mode != "null"
 
     @property
     def local_tp(self) -> int:
@@ -211,4 +245,8 @@ def parse_args(argv: list[str], knobs: Knobs) -> ServerArgs:
         nnodes=ns.nnodes,
         node_rank=ns.node_rank,
         dist_init_addr=ns.dist_init_addr,
+        disaggregation_mode=ns.disaggregation_mode,
+        disaggregation_bootstrap_port=ns.disaggregation_bootstrap_port,
+        disaggregation_transfer_backend=ns.disaggregation_transfer_backend,
+        disaggregation_decode_retraction_backup=ns.disaggregation_decode_retraction_backup,
     )

@@ -25,7 +25,7 @@ from http.server import ThreadingHTTPServer
 from types import FrameType
 from typing import Any
 
-from pytest_sglang.sim.config import KNOB_ENV, KnobError, Knobs, ServerArgs, load_knobs, parse_args
+from pytest_sglang.sim.config import KNOB_ENV, KnobError, Knobs, ServerArgs, for_member, load_knobs, parse_args
 from pytest_sglang.sim.drift import INSTANCE_ENV, HostSpeed, RunError, SimRun
 from pytest_sglang.sim.engine import (
     Engine,
@@ -34,10 +34,27 @@ from pytest_sglang.sim.engine import (
     sleep_until,
 )
 from pytest_sglang.sim.handler import VERSION, WARMUP_HEADER, Handler
-from pytest_sglang.sim.logfmt import Logger, rank_prefix
+from pytest_sglang.sim.logfmt import Logger, rank_prefix, write_raw
 from pytest_sglang.sim.metrics import Metrics, tokenize
 from pytest_sglang.sim.prefix import PrefixCache
 from pytest_sglang.sim.trace import RequestTrace
+
+_SITE = "/usr/local/lib/python3.12/dist-packages"
+BOOTSTRAP_TRACEBACK = [  # SGLang's bootstrap server binding its port in its own thread (aiohttp's TCPSite)
+    "Traceback (most recent call last):",
+    f'  File "{_SITE}/sglang/srt/disaggregation/common/conn.py", line 1126, in _run_server',
+    "    self._loop.run_until_complete(self._runner.setup())",
+    f'  File "{_SITE}/sglang/srt/disaggregation/common/conn.py", line 1131, in _run_server',
+    "    self._loop.run_until_complete(site.start())",
+    '  File "/usr/lib/python3.12/asyncio/base_events.py", line 691, in run_until_complete',
+    "    return future.result()",
+    "           ^^^^^^^^^^^^^^^",
+    f'  File "{_SITE}/aiohttp/web_runner.py", line 121, in start',
+    "    self._server = await loop.create_server(",
+    "                   ^^^^^^^^^^^^^^^^^^^^^^^^^",
+    '  File "/usr/lib/python3.12/asyncio/base_events.py", line 1536, in create_server',
+    "    sock.bind(sa)",
+]
 
 
 class SimHTTPServer(ThreadingHTTPServer):
@@ -91,6 +108,7 @@ class SimServer:
         self.children: list[subprocess.Popen[bytes]] = []
         self.ranks: list[subprocess.Popen[bytes]] = []
         self.httpd: SimHTTPServer | None = None
+        self.bootstrap: socket.socket | None = None  # a prefill member's KV bootstrap listener
         self._count_lock = threading.Lock()
         self.completed = 0
         self.tokens_out = 0
@@ -121,6 +139,8 @@ class SimServer:
         signal.signal(signal.SIGQUIT, self.on_sigquit)
         assert self.httpd is not None
         threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.2}, daemon=True).start()
+        if self.args.disaggregation_mode == "prefill" and not self.start_bootstrap_server():
+            return 1
         if self.args.nnodes > 1:
             try:
                 self.join_nodes()
@@ -141,7 +161,11 @@ class SimServer:
         self.log.uvicorn(f"Uvicorn running on {url} (Press CTRL+C to quit)")
         self.http_up = True
         sleep_until(self.t0 + S - warmup)
+        if self.args.disaggregated:
+            self.log.line("Start of pd disaggregation warmup ...")
         self.warmup()
+        if self.args.disaggregated:
+            self.log.line("End of disaggregation warmup")
         self.ready.set()
         self.log.line("The server is fired up and ready to roll!")
         threading.Thread(target=self.decode_stats, daemon=True).start()
@@ -153,6 +177,38 @@ class SimServer:
         cls.share_port = self.knobs.reuse_port
         self.httpd = cls((self.args.host, self.args.port), Handler)
         self.httpd.sim = self
+
+    def start_bootstrap_server(self) -> bool:
+        """A prefill member's CommonKVBootstrapServer: a real TCP listener on --disaggregation-bootstrap-port
+        (the decode members and the router reach the prefill's KV through it). A taken port fails the launch as
+        SGLang's does: the bind error's traceback, exit 1."""
+        host, port = self.args.host, self.args.disaggregation_bootstrap_port
+        try:
+            family = socket.AF_INET6 if ":" in host else socket.AF_INET
+            sock = socket.socket(family, socket.SOCK_STREAM)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((host, port))
+            sock.listen(64)
+        except OSError as exc:
+            sock.close()
+            write_raw("".join(line + "\n" for line in ["Exception in thread Thread-1 (_run_server):",
+                                                        *BOOTSTRAP_TRACEBACK,
+                                                        f"OSError: [Errno {exc.errno}] {exc.strerror}"]))
+            return False
+        self.bootstrap = sock
+        threading.Thread(target=self.serve_bootstrap, args=(sock,), daemon=True).start()
+        self.log.line(f"CommonKVBootstrapServer started successfully on {host}:{port}")
+        return True
+
+    @staticmethod
+    def serve_bootstrap(sock: socket.socket) -> None:
+        """Accept and close: the simulator moves no KV cache, a decode member only needs the port to answer."""
+        while True:
+            try:
+                conn, _ = sock.accept()
+            except OSError:
+                return
+            conn.close()
 
     def join_nodes(self) -> None:
         """Rank 0 waits for every other node to connect to --dist-init-addr before it loads (torch's TCPStore
@@ -379,7 +435,7 @@ class SimServer:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     try:
-        knobs = load_knobs()
+        knobs = for_member(load_knobs())
         run = SimRun.from_env()
     except (KnobError, RunError) as exc:
         print(f"pytest_sglang.sim: {exc}", file=sys.stderr, flush=True)
