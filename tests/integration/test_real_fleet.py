@@ -7,7 +7,8 @@ One inner pytest session per topology, several inner tests in it, as a user's su
           SIGKILL worker1: the next inner test must fail naming it.
   pd      `prefill`/`decode` tables: a prefill and a decode member (mooncake over TCP, see
           docs/fleet-real.md) behind `launch_router --pd-disaggregation`. Its greedy outputs must equal a
-          plain server's: worker0 of the router session, the same model and flags without disaggregation.
+          plain server's: worker0 of the router session, the same model and flags without disaggregation. A
+          small benchmark through it must show both members served every request.
 After each session, no process carrying its TEST_MARK may be left.
 
 The plugin picks every port, passes `--disaggregation-mode` and the bootstrap port to PD members and the
@@ -155,10 +156,14 @@ INNER_PD = INNER_COMMON + '''
 EXPECTED_MEMBERS = ["router", "prefill0", "decode0"]
 
 
-def test_3_both_members_served(sglang_server):
-    for name in ("prefill0", "decode0"):
-        served = counters(sglang_server.members[name].base_url)
-        assert served["num_requests_total"] >= len(PROMPTS), (name, served)
+def test_3_bench_through_the_pair(sglang_server, sglang_bench):
+    r = sglang_bench(api="generate", num_requests=4, concurrency=2, input_len=16, output_len=8, warmup=1)
+    assert (r.completed, r.failed, r.total_output_tokens) == (4, 0, 32)
+    loads = {{name: load.to_dict() for name, load in r.members.items()}}
+    save("served", loads)
+    assert set(loads) == {{"prefill0", "decode0"}}, loads
+    assert loads["prefill0"]["requests"] == loads["decode0"]["requests"] == 4, loads
+    assert loads["decode0"]["generation_tokens"] == 32, loads  # the decode counts every output token
 '''
 
 
@@ -261,7 +266,7 @@ def test_router_fleet_leaves_no_process(router_fleet: FleetRun) -> None:
 def test_pd_pair_serves_through_the_router(pd_fleet: FleetRun) -> None:
     assert pd_fleet.run.returncode == 0, pd_fleet.run.explain()
     assert _outcomes(pd_fleet) == {"test_1_members_ready": "passed", "test_2_greedy_outputs": "passed",
-                                   "test_3_both_members_served": "passed"}, pd_fleet.run.explain()
+                                   "test_3_bench_through_the_pair": "passed"}, pd_fleet.run.explain()
     logs = pd_fleet.member_logs("pd")
     assert set(logs) == {"router", "prefill0", "decode0"}, sorted(logs)
     assert "CommonKVBootstrapServer started successfully" in logs["prefill0"]
