@@ -4,6 +4,7 @@ pytest runs with -n, the real simulator, every process accounted for."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from helpers import profile_toml, wait_for_no_processes
@@ -200,4 +201,19 @@ def test_changed(sglang_results):
     out = result.stdout.str()
     assert "greedy outputs differ between profiles 'base' and 'changed': 2 of 2 prompts differ" in out, out
     assert "first differing token at position 4 (of 8 and 8)" in out, out
+    assert not wait_for_no_processes(mark, timeout=15)
+
+
+def test_under_xdist_the_controller_shows_the_startup_as_it_happens(pytester: pytest.Pytester, mark: str) -> None:
+    # a worker's own terminal output is not shown until its tests report: the controller relays its status lines
+    pytester.makefile(".toml", pyproject=profile_toml("p", mark, sim="startup_seconds = 1.0"))
+    pytester.makepyfile(test_user="def test_first(sglang_server):\n    pass\n\ndef test_second(sglang_server):\n"
+                                  "    pass\n")
+    result = run(pytester, "-n", "2", "--sglang-profile=p", "--sglang-sim")
+    result.assert_outcomes(passed=2)
+    out = result.stdout.lines
+    launching = next(i for i, line in enumerate(out) if line.startswith("[sglang p] launching"))
+    phases = [line for line in out[launching:] if re.match(r"\[sglang p\] \d+ s  ", line)]
+    assert phases, result.stdout.str()
+    assert launching < next(i for i, line in enumerate(out) if "sglang servers" in line)
     assert not wait_for_no_processes(mark, timeout=15)

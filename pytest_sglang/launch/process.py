@@ -172,14 +172,26 @@ def owned_processes(token: str) -> list[psutil.Process]:
 
 
 def kill_tree(pid: int, token: str, grace: float) -> None:
-    """Stop a server's whole tree: polite first, then certain."""
+    """Stop a server's whole tree: polite first, the root before its children, then certain.
+
+    The root alone is asked first: a server shuts its own children down in order. SGLang's launcher, sent
+    SIGTERM, drains and tells its schedulers to exit; a scheduler that got SIGTERM itself dies with -15 first,
+    and SGLang's subprocess watchdog takes that for a crash (it logs "Subprocess scheduler_0 crashed with exit
+    code -15" and SIGQUITs the tree). What is left once the root has gone, or the grace half spent, gets SIGTERM
+    too; what is left after the grace, SIGKILL."""
     members = _tree(pid, token)
+    deadline = time.monotonic() + grace
+    root = [p for p in members if p.pid == pid]
+    with contextlib.suppress(psutil.Error):
+        for proc in root:
+            proc.terminate()
+    _wait_gone(root, grace / 2)
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, signal.SIGTERM)
     for proc in members:
         with contextlib.suppress(psutil.Error):
             proc.terminate()
-    _wait_gone(members, grace)
+    _wait_gone(members, max(deadline - time.monotonic(), 0.0))
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, signal.SIGKILL)
     # A descendant may have spawned more processes during the grace period: look again.

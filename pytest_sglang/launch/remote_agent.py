@@ -98,9 +98,15 @@ def _signal(pids: list[int], group: int | None, sig: int) -> None:
 
 
 def kill_tree(group: int | None, token: str, grace: float, server: subprocess.Popen[bytes] | None = None) -> None:
-    """SIGTERM the group and every token holder, wait up to `grace`, then SIGKILL, and sweep again."""
-    _signal(owned(token), group, signal.SIGTERM)
+    """SIGTERM the server first (it stops its own children in order: see process.kill_tree), then, once it
+    has gone or half the grace is spent, the group and every token holder; wait up to `grace`, then SIGKILL,
+    and sweep again."""
     deadline = time.monotonic() + grace
+    if server is not None and server.poll() is None:
+        server.terminate()
+        while server.poll() is None and time.monotonic() < deadline - grace / 2:
+            time.sleep(POLL)
+    _signal(owned(token), group, signal.SIGTERM)
     while time.monotonic() < deadline:
         if server is not None:
             server.poll()

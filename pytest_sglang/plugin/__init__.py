@@ -90,7 +90,7 @@ class SGLangPlugin:
         # every process reads the history for its checks; the one holding every result appends to it
         self.history = SessionHistory(self.settings.history_path, appends=not hasattr(config, "workerinput"))
         self.measure = Measurements(self.settings, self.ledger, self.shared, self.history)
-        self.run = distributed.ControllerRun(self.settings)  # the xdist controller's side (inert elsewhere)
+        self.run = distributed.ControllerRun(self.settings, self.status)  # the xdist controller's side
         from pytest_sglang.server.pool import ServerPool
 
         self.pool = ServerPool(self.open_server)  # the servers A/B tests need alive at once
@@ -217,7 +217,11 @@ class SGLangPlugin:
         return plan
 
     def status(self, text: str) -> None:
-        """A live line during a long startup, shown even while output is captured."""
+        """A live line during a long startup, shown even while output is captured (an xdist worker's, by the
+        controller: distributed.StatusRelay)."""
+        if self.shared is not None:
+            distributed.tell_controller(self.shared, text)
+            return
         capman = self.config.pluginmanager.getplugin("capturemanager")
         reporter = self.config.pluginmanager.getplugin("terminalreporter")
         if reporter is None or capman is None:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import os
 import tempfile
+import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -22,6 +24,8 @@ if TYPE_CHECKING:
 WORKER_INPUT = "sglang_shared"
 WORKER_SIM_RUN = "sglang_sim_run"  # the controller's SimRun (sim/drift.py): one drift for every worker's servers
 WORKER_OUTPUT = "sglang_ledger"
+STATUS_FILE = "status.log"  # in the run folder: the workers' startup lines, which the controller shows live
+RELAY_SECONDS = 0.2
 
 
 def worker_servers(config: pytest.Config) -> SharedServers | None:
@@ -41,6 +45,46 @@ def worker_sim_run(config: pytest.Config) -> str | None:
     return str(given) if given else None
 
 
+def tell_controller(servers: SharedServers, line: str) -> None:
+    """A worker's status line (a startup phase, a launch), for the controller to show: xdist shows nothing a
+    worker writes until its tests report, and a startup takes minutes."""
+    with open(servers.folder / STATUS_FILE, "a", encoding="utf-8") as fh:
+        fh.write(line.replace("\n", " ") + "\n")
+
+
+class StatusRelay:
+    """The controller's thread that shows the workers' status lines as they are written."""
+
+    def __init__(self, path: Path, show: Callable[[str], None]) -> None:
+        self.path, self.show = path, show
+        self._offset = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="sglang-status-relay", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(RELAY_SECONDS):
+            self._relay()
+
+    def _relay(self) -> None:
+        try:
+            with open(self.path, encoding="utf-8") as fh:
+                fh.seek(self._offset)
+                text = fh.read()
+        except OSError:
+            return
+        complete = text[:text.rfind("\n") + 1]
+        self._offset += len(complete.encode("utf-8"))
+        for line in complete.splitlines():
+            self.show(line)
+
+    def close(self) -> None:
+        """Stop, after showing what is left."""
+        self._stop.set()
+        self._thread.join(timeout=5)
+        self._relay()
+
+
 def send_to_controller(config: pytest.Config, ledger: SessionLedger, report: dict[str, Any]) -> None:
     output = getattr(config, "workeroutput", None)
     if output is not None:
@@ -51,9 +95,11 @@ def send_to_controller(config: pytest.Config, ledger: SessionLedger, report: dic
 class ControllerRun:
     """The controller's side of an xdist run: the run folder, and what the workers sent back."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, show: Callable[[str], None]) -> None:
         self.settings = settings
+        self.show = show  # where the workers' status lines go: the controller's terminal
         self.servers: SharedServers | None = None
+        self.relay: StatusRelay | None = None
         self.reports: list[dict[str, Any]] = []
 
     def folder_for_workers(self) -> dict[str, Any]:
@@ -63,6 +109,7 @@ class ControllerRun:
             from pytest_sglang.server.shared import SharedServers
 
             self.servers = SharedServers.create(base, concurrent_profiles=self.settings.concurrent_profiles)
+            self.relay = StatusRelay(self.servers.folder / STATUS_FILE, self.show)
         return {"folder": str(self.servers.folder), "controller_pid": self.servers.controller_pid,
                 "concurrent_profiles": self.servers.concurrent_profiles}
 
@@ -99,6 +146,9 @@ class ControllerRun:
         return report
 
     def stop_servers(self) -> list[str]:
+        if self.relay is not None:
+            self.relay.close()
+            self.relay = None
         if self.servers is None:
             return []
         stopped = self.servers.stop_all()

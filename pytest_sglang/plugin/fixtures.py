@@ -204,7 +204,8 @@ def sglang_results(request: pytest.FixtureRequest) -> ResultsView:
 @pytest.fixture
 def sglang_bench(request: pytest.FixtureRequest, sglang_server: ServerHandle) -> BenchFixture:
     """``sglang_bench(num_requests=64, concurrency=None, request_rate=inf, input_len=128, output_len=128,
-    api="completions"|"chat"|"generate", warmup=1, seed=0, rounds=1, slo=None, cache="fresh"|"flush"|"warm", ...)``
+    api="completions"|"chat"|"generate" (through a fleet's router "generate"), warmup=1, seed=0, rounds=1, slo=None,
+    cache="fresh"|"flush"|"warm", ...)``
     streams requests at the profile's server (``cache``: how its rounds meet the server's prefix cache,
     pytest_sglang.bench.cache) and returns a BenchResult named as sglang.bench_serving names its figures (see
     pytest_sglang.bench); ``sglang_bench.sweep(concurrency=[1, 4, 16], ...)`` returns the curve, and

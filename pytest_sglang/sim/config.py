@@ -221,7 +221,7 @@ def parse_args(argv: list[str], knobs: Knobs) -> ServerArgs:
     """Parse like SGLang; under fault "bad-flag" unknown flags are fatal (usage + error on stderr, exit 2)."""
     parser = build_parser()
     ns, unknown = parser.parse_known_args(argv)
-    if knobs.fault == "bad-flag":
+    if knobs.fault == "bad-flag" and (knobs.fault_node or 0) == ns.node_rank:  # fault_node: that node's alone
         parser.error(f"unrecognized arguments: {' '.join(unknown) if unknown else '--bad-flag'}")
     if ns.tp_size < 1:
         parser.error(f"argument --tp-size/--tp: invalid value: {ns.tp_size}")

@@ -105,10 +105,14 @@ def test_the_router_failing_at_startup_is_named_with_its_panic(pytester: pytest.
 
 
 KILLS_A_MEMBER = """
-import os, signal, requests
+import os, signal, time
+import psutil
 
 def test_1_kill_worker1(sglang_server):
-    os.kill(sglang_server.members["worker1"].pid, signal.SIGKILL)
+    pid = sglang_server.members["worker1"].pid
+    os.kill(pid, signal.SIGKILL)
+    while psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:  # dead, before the next test asks
+        time.sleep(0.05)
 
 def test_2_after_the_kill(sglang_server):
     pass
