@@ -134,6 +134,9 @@ class Diagnosis:
     phase: str | None = None  # last startup phase reached
     exit_code: int | None = None  # negative: killed by that signal (Popen's convention)
     died_first: str | None = None  # which process of the server's tree died first, and how (launch/members.py)
+    # the root causes are only the server's fatal-marker lines ("SIGQUIT received", "Initialization failed"):
+    # its reaction to a failure it printed no exception for, so the process that died first says more
+    reaction_only: bool = False
 
 
 def describe_exit(code: int | None) -> str | None:
@@ -151,7 +154,10 @@ def describe_exit(code: int | None) -> str | None:
 
 
 class ServerError(PluginError):
-    """A server failed; the message is built from a Diagnosis."""
+    """A server failed; the message is built from a Diagnosis. ``member``: the fleet member or node that failed,
+    where the server has several (None: the server as a whole)."""
+
+    member: str | None = None
 
     def __init__(
         self,
@@ -177,7 +183,7 @@ class ServerError(PluginError):
     def cause(self) -> str | None:
         """The root cause in one line (the first exception line the log showed), or None."""
         causes = self.diagnosis.root_causes
-        if not causes or not causes[0].strip():
+        if not causes or not causes[0].strip() or (self.diagnosis.reaction_only and self.diagnosis.died_first):
             return redact(self.diagnosis.died_first) if self.diagnosis.died_first else None
         line = causes[0].strip().splitlines()[0]
         return redact(line if len(line) <= 240 else line[:239] + "\u2026")
@@ -196,11 +202,12 @@ class ServerError(PluginError):
             facts.append(f"last phase: {d.phase}")
         if facts:
             parts[0] += " (" + ", ".join(facts) + ")"
-        if d.died_first and d.root_causes:  # without a root cause it is the cause, on the first line
+        died_first_is_cause = d.died_first is not None and (not d.root_causes or d.reaction_only)
+        if d.died_first and not died_first_is_cause:  # else it is the cause, on the first line
             parts.append(f"First process of the server's tree to die: {d.died_first}")
         if d.root_causes:
             parts.append("")
-            parts.append("Root cause from the server log:")
+            parts.append("What the server logged of it:" if died_first_is_cause else "Root cause from the server log:")
             for block in d.root_causes:
                 parts.extend("    " + line for line in block.splitlines())
                 parts.append("")
@@ -223,10 +230,7 @@ class ServerStartupError(ServerError):
 
 
 class ServerDiedError(ServerError):
-    """A server that was ready has died during the session; ``member``: which member of a fleet (None: one
-    server)."""
-
-    member: str | None = None
+    """A server that was ready has died during the session."""
 
 
 class RemoteError(PluginError):

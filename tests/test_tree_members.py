@@ -266,3 +266,33 @@ def test_where_the_order_cannot_be_known_the_message_says_so(tmp_path: Path) -> 
         text = server.members.describe_first() or ""
         assert text.startswith("not knowable: sglang::scheduler_TP"), text
         assert all(f"(pid {pid}, killed by SIGKILL (exit code 137))" in text for pid in ranks), text
+
+
+EXIT_THREAD = {"x86_64": 60, "aarch64": 93}  # the exit syscall: ends the calling thread only, not the process
+LEADER_GONE_FIRST = """
+import ctypes, os, sys, threading, time
+def last_thread():
+    time.sleep(1.5)  # what a SIGKILLed launcher's other threads do: unwind for a while
+    os._exit(7)
+threading.Thread(target=last_thread).start()
+ctypes.CDLL(None).syscall({exit_nr}, 0)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux") or os.uname().machine not in EXIT_THREAD,
+                    reason="a zombie main thread beside live threads is Linux's, made with its exit syscall")
+def test_a_process_whose_main_thread_is_gone_is_not_alive_while_its_threads_unwind(tmp_path: Path) -> None:
+    from pytest_sglang.launch.members import leader_exited
+
+    script = LEADER_GONE_FIRST.format(exit_nr=EXIT_THREAD[os.uname().machine])
+    process = ServerProcess([sys.executable, "-c", script], env=dict(os.environ), log_path=tmp_path / "log",
+                            reap_on_parent_death=False)
+    try:
+        deadline = time.monotonic() + 30
+        while not leader_exited(process.pid):
+            assert time.monotonic() < deadline and process.popen.poll() is None, "the main thread never exited"
+            time.sleep(0.01)
+        assert process.popen.poll() is None  # waitpid has nothing to say yet: the other thread runs
+        assert process.poll() == 7  # the check waits for the exit instead of calling the process alive
+    finally:
+        process.stop(grace=1)

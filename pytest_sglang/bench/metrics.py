@@ -5,9 +5,16 @@
   ``request_throughput`` and ``total_throughput``;
 * output tokens are the server's count (``usage.completion_tokens`` with ``stream_options.include_usage``,
   ``meta_info.completion_tokens`` natively); only where the server gives none is the chunk count used
-  (``server_token_counts_missing`` says how often). ``chunk_count_mismatches`` counts requests whose
-  number of output-bearing stream events differs from the server's token count (expected under
-  speculative decoding, where one event carries several tokens; a sign of a miscounting server otherwise);
+  (``server_token_counts_missing`` says how often). ``chunk_count_mismatches`` counts requests with more
+  output-bearing stream events than the server's token count: every such event carries at least one new
+  token, so a server that counted right never shows one, speculative or not. Fewer events than tokens is
+  normal and not counted: one event carries several tokens under speculative decoding, and without it too.
+  SGLang yields one event per wake-up of the request's coroutine with every token produced since
+  (tokenizer_manager's ``_wait_one_response`` takes the last of the queued outputs, or joins them under
+  ``--incremental-streaming-output``), so a loaded server coalesces; its detokenizer holds back a token's text
+  that ends in a partial UTF-8 character until the next token completes it; ``--stream-interval N`` sends
+  every N tokens; and a token that decodes to no text (a special token) streams an empty event, which carries
+  no output;
 * TTFT: request sent to the first event that carries output; ITL: the gaps between such events; TPOT:
   ``(e2e - ttft) / (output_tokens - 1)``; e2e latency: request sent to the stream's end. Each with mean,
   median, std, p90 and p99 in ms (percentiles interpolate linearly, like numpy's default);
@@ -212,6 +219,9 @@ class BenchResult:
     server_kv_usage_peak: float | None = None
     gpu_unmeasured: str | None = None
     server_unmeasured: str | None = None
+    # how gpu_energy_j was found: "counter" (the GPUs' own energy counters), "power_integral" (their power
+    # integrated), "mixed" (rounds differed; each round's own in rounds); None where unmeasured
+    gpu_energy_source: str | None = None
     # rounds: 1 unless run_bench(rounds=N); the per-round results and each figure's spread over them
     num_rounds: int = 1
     sweep: dict[str, Any] | None = None  # {"param": "concurrency", "value": 4} for a point of a sweep
@@ -389,7 +399,7 @@ def compute_metrics(
     result.duration = duration
     result.total_input_tokens = sum(r.input_tokens for r in good)
     result.total_output_tokens = sum(r.output_tokens for r in good)
-    result.chunk_count_mismatches = sum(1 for r in good if r.server_counted and r.chunks != r.output_tokens)
+    result.chunk_count_mismatches = sum(1 for r in good if r.server_counted and r.chunks > r.output_tokens)
     result.server_token_counts_missing = sum(1 for r in good if not r.server_counted)
     result.connection_errors = sum(1 for r in records if r.connection_error)
     if duration > 0:
@@ -449,6 +459,8 @@ def combine_rounds(rounds: Sequence[BenchResult]) -> BenchResult:
     head.client_bound_reason = next((f"round {i}: {r.client_bound_reason}" if len(rounds) > 1 else
                                      r.client_bound_reason for i, r in enumerate(rounds)
                                      if r.client_bound and r.client_bound_reason), None)
+    sources = {r.gpu_energy_source for r in rounds if r.gpu_energy_source is not None}
+    head.gpu_energy_source = sources.pop() if len(sources) == 1 else ("mixed" if sources else None)
     notes = [r.cache_note for r in rounds if r.cache_note]
     head.cache_note = "; ".join(notes) if notes else None
     return head

@@ -189,7 +189,7 @@ def run_bench(
     request_rate: float = math.inf,
     input_len: int = 128,
     output_len: int = 128,
-    api: Api = "completions",
+    api: Api | None = None,
     ignore_eos: bool | None = True,
     warmup: int = 1,
     seed: int = 0,
@@ -226,8 +226,13 @@ def run_bench(
     same prompts with the cache flushed before each round, ``"warm"`` the same prompts, cached on purpose; each
     round's ``server_cache_hit_rate`` is the server's witness, and a round of "fresh" or "flush" that it says was
     mostly cached gets a ``cache_note`` and a :class:`~pytest_sglang.bench.cache.CachedRoundWarning`.
+    ``api``: default "completions", and "generate" through a fleet's router (a server with ``members``):
+    sglang-router parses OpenAI bodies itself and refuses token-id prompts with HTTP 422, where SGLang's own
+    /generate takes ``input_ids`` through it unchanged (docs/fleet-real.md).
     Bad arguments raise BenchmarkError; failed requests raise BenchmarkFailedError with the result.
     """
+    if api is None:
+        api = "generate" if getattr(server, "members", None) else "completions"
     if api not in API_PATHS:
         raise BenchmarkError(f"api must be one of {', '.join(API_PATHS)}, got {api!r}")
     if num_requests < 1 or input_len < 1 or output_len < 1:

@@ -15,12 +15,20 @@ machine's clock). A server elsewhere that is neither (another machine's URL, SLU
 figures are None and ``gpu_unmeasured`` says why, as it does where the machine has no GPU source.
 
 Per round, over the measured duration (first request sent to last response done), :meth:`Telemetry.apply`
-sets: ``gpu_energy_j`` (the power of the server's GPUs, summed over them, integrated over time: linear
-between readings, the first and last held to the edges), ``gpu_power_mean_w`` (that energy over the
-duration), ``energy_per_output_token_j`` and ``output_tokens_per_joule``, ``gpu_util_mean_pct`` and
-``gpu_sm_clock_mean_mhz`` (means over the round's readings and GPUs), ``gpu_memory_peak_mib`` (the most any
-one GPU held), ``server_queue_mean`` and ``server_kv_usage_peak`` (a share, 0 to 1). :meth:`Telemetry.series`
-is the time series for the report (docs/report-schema.md, "telemetry"). Knows nothing about pytest.
+sets: ``gpu_energy_j``, from the GPUs' own energy counters where every one of the server's GPUs has one
+(NVML's total energy, here or on the ssh host: the counter at the window's end minus the counter at its
+start, each interpolated between the readings around it, summed over the GPUs), else from their power
+(summed over them, integrated over time: linear between readings, the first and last held to the edges), and
+``gpu_energy_source`` says which ("counter" or "power_integral"). The power a GPU reports is an average over
+a window of its own (up to a second), so it lags a ramp such as the one from idle to load, and readings
+taken every GPU_INTERVAL_S miss what happens between them; the counter accumulates every joule (on the H200
+the two differed by 0.8 % over a round). A counter that goes backwards during the round (a driver reload
+resets it, a wrap), or stands still while the GPU draws power, is not trusted: that round falls back to the
+power integral. Then ``gpu_power_mean_w`` (that energy over the duration), ``energy_per_output_token_j``
+and ``output_tokens_per_joule``, ``gpu_util_mean_pct`` and ``gpu_sm_clock_mean_mhz`` (means over the
+round's readings and GPUs), ``gpu_memory_peak_mib`` (the most any one GPU held), ``server_queue_mean`` and
+``server_kv_usage_peak`` (a share, 0 to 1). :meth:`Telemetry.series` is the time series for the report
+(docs/report-schema.md, "telemetry"). Knows nothing about pytest.
 """
 
 from __future__ import annotations
@@ -194,25 +202,58 @@ def open_gpus(*, pid: int | None, elsewhere: str | None, remote: RemoteServer | 
     return LocalGpus(reader, pid)
 
 
+def _at(points: Sequence[tuple[float, float]], times: Sequence[float], t: float) -> float:
+    """The piecewise-linear curve through ``points`` (time-sorted; ``times`` their times) at ``t``, the first and
+    last values held beyond them."""
+    k = bisect.bisect_right(times, t)
+    if k == 0:
+        return points[0][1]
+    if k == len(points):
+        return points[-1][1]
+    (t0, v0), (t1, v1) = points[k - 1], points[k]
+    return v0 + (v1 - v0) * (t - t0) / (t1 - t0) if t1 > t0 else v1
+
+
 def _integral(points: Sequence[tuple[float, float]], lo: float, hi: float) -> float:
     """The integral over [lo, hi] of the piecewise-linear curve through ``points`` (time-sorted), the first and
     last values held beyond them."""
     if hi <= lo or not points:
         return 0.0
     times = [t for t, _ in points]
-
-    def at(t: float) -> float:
-        k = bisect.bisect_right(times, t)
-        if k == 0:
-            return points[0][1]
-        if k == len(points):
-            return points[-1][1]
-        (t0, v0), (t1, v1) = points[k - 1], points[k]
-        return v0 + (v1 - v0) * (t - t0) / (t1 - t0)
-
     inside = points[bisect.bisect_right(times, lo):bisect.bisect_left(times, hi)]
-    knots = [(lo, at(lo)), *inside, (hi, at(hi))]
+    knots = [(lo, _at(points, times, lo)), *inside, (hi, _at(points, times, hi))]
     return sum((b - a) * (va + vb) / 2 for (a, va), (b, vb) in zip(knots, knots[1:], strict=False))
+
+
+def _counter_energy(samples: Sequence[tuple[float, Sequence[GpuReading]]], lo: float, hi: float) -> float | None:
+    """The energy in J over [lo, hi] from the GPUs' own counters, summed over the GPUs: each counter at ``hi``
+    minus at ``lo``, interpolated between the readings around them. None (the caller integrates the power)
+    where a GPU read in the round has no counter reading, its readings do not reach both edges, or its counter
+    went backwards (a driver reload resets it to zero; a wrap) or stood still while the GPU drew power."""
+    counters: dict[int, list[tuple[float, float]]] = {}
+    drawn: dict[int, float] = {}
+    seen: set[int] = set()
+    for t, readings in samples:
+        for r in readings:
+            seen.add(r.index)
+            if r.energy_mj is not None:
+                counters.setdefault(r.index, []).append((t, r.energy_mj))
+            if r.power_w:
+                drawn[r.index] = max(drawn.get(r.index, 0.0), r.power_w)
+    if hi <= lo or not seen or set(counters) != seen:
+        return None
+    total_mj = 0.0
+    for index, points in counters.items():
+        times = [t for t, _ in points]
+        if times[0] > lo or times[-1] < hi:
+            return None
+        if any(b < a for (_, a), (_, b) in zip(points, points[1:], strict=False)):
+            return None
+        used = _at(points, times, hi) - _at(points, times, lo)
+        if used <= 0 and drawn.get(index, 0.0) > 0:
+            return None
+        total_mj += used
+    return total_mj / 1000.0
 
 
 def _mean(values: Sequence[float | None]) -> float | None:
@@ -360,9 +401,11 @@ def _gpu_figures(one: Any, samples: list[tuple[float, list[GpuReading]]], lo: fl
     power = [(t, sum(r.power_w for r in readings if r.power_w is not None)) for t, readings in samples
              if any(r.power_w is not None for r in readings)]
     readings = [r for _, rs in samples for r in rs]
-    if power and hi > lo:
-        energy = _integral(power, lo, hi)
+    counted = _counter_energy(samples, lo, hi)
+    if counted is not None or (power and hi > lo):
+        energy = counted if counted is not None else _integral(power, lo, hi)
         one.gpu_energy_j = energy
+        one.gpu_energy_source = "counter" if counted is not None else "power_integral"
         one.gpu_power_mean_w = energy / (hi - lo)
         tokens = one.total_output_tokens
         one.energy_per_output_token_j = energy / tokens if tokens else None

@@ -1,5 +1,6 @@
 """Which processes hold GPU memory, and how much, on which GPU; what each GPU reads now (utilisation, memory,
-power, SM clock, temperature): NVML if nvidia-ml-py is installed, else nvidia-smi.
+power, SM clock, temperature, and its energy counter where the driver keeps one): NVML if nvidia-ml-py is
+installed, else nvidia-smi.
 
 Used after a teardown, to prove the killed server's processes have left the GPUs (a process stuck in the
 driver's teardown can hold its memory for tens of seconds after SIGKILL: sglang#31281, #39545). Where there
@@ -12,6 +13,12 @@ of which match the server's, and the check passes at once (it never waits for no
 ``PYTEST_SGLANG_GPU_QUERY`` picks the source: ``nvml``, ``nvidia-smi``, or ``off``; unset, NVML is tried first.
 :class:`GpuReader` keeps one NVML session open for a sampler that reads many times a second
 (bench/telemetry.py); over nvidia-smi each reading is one call.
+
+The energy counter is NVML's ``nvmlDeviceGetTotalEnergyConsumption``: the millijoules the GPU has used since
+the driver was loaded (Volta and newer). A GPU or driver without it (NVMLError_NotSupported), or an
+nvidia-ml-py too old to have the function, reads None there, as does every nvidia-smi reading: nvidia-smi's
+documented ``--query-gpu`` fields were not found to include an energy counter, so none is asked of it. The
+telemetry then integrates the power instead.
 """
 
 from __future__ import annotations
@@ -55,6 +62,7 @@ class GpuReading:
     power_w: float | None
     sm_clock_mhz: float | None
     temperature_c: float | None
+    energy_mj: float | None = None  # the GPU's energy counter: mJ since the driver loaded (NVML, Volta and newer)
 
 
 # nvidia-smi's --query-gpu names of GpuReading's fields after the index, in order
@@ -158,6 +166,7 @@ def _nvml_readings(nvml: Any, indices: Sequence[int] | None) -> list[GpuReading]
 
     try:
         wanted = list(range(nvml.nvmlDeviceGetCount())) if indices is None else list(indices)
+        energy = getattr(nvml, "nvmlDeviceGetTotalEnergyConsumption", None)  # absent in an old nvidia-ml-py
         found = []
         for index in wanted:
             handle = nvml.nvmlDeviceGetHandleByIndex(index)
@@ -169,7 +178,8 @@ def _nvml_readings(nvml: Any, indices: Sequence[int] | None) -> list[GpuReading]
                 memory.used / (1024 * 1024) if memory is not None else None,
                 power / 1000.0 if power is not None else None,
                 _number(ask(nvml.nvmlDeviceGetClockInfo, handle, nvml.NVML_CLOCK_SM)),
-                _number(ask(nvml.nvmlDeviceGetTemperature, handle, nvml.NVML_TEMPERATURE_GPU))))
+                _number(ask(nvml.nvmlDeviceGetTemperature, handle, nvml.NVML_TEMPERATURE_GPU)),
+                _number(ask(energy, handle)) if energy is not None else None))
         return found
     except Exception:  # a GPU that fell off the bus mid-query: no answer rather than a wrong one
         return None

@@ -256,6 +256,13 @@ def pid_alive(pid: int) -> bool:
         return False
 
 
+def leader_exited(pid: int) -> bool:
+    """Whether the main thread of a process that has not been reaped has exited (Linux shows it as a zombie
+    while the process's other threads still unwind); False where /proc cannot tell."""
+    stat = _proc_stat(pid)
+    return stat is not None and stat[0] in ("Z", "X")
+
+
 def _short(cmdline: list[str]) -> str:
     text = " ".join(cmdline[:6])
     return text if len(text) <= 100 else text[:99] + "\u2026"
@@ -297,4 +304,5 @@ def _proc_stat(pid: int) -> list[str] | None:
     return None
 
 
-__all__ = ["Death", "Member", "TreeMembers", "died_first", "essential_death", "pid_alive", "role_of"]
+__all__ = ["Death", "Member", "TreeMembers", "died_first", "essential_death", "leader_exited", "pid_alive",
+           "role_of"]

@@ -26,7 +26,7 @@ import psutil
 
 from pytest_sglang.errors import CpuAffinityError
 from pytest_sglang.launch.logdir import open_log
-from pytest_sglang.launch.members import TreeMembers
+from pytest_sglang.launch.members import TreeMembers, leader_exited
 
 OWNER_ENV = "PYTEST_SGLANG_OWNER"
 
@@ -64,6 +64,9 @@ class ProcessTree(Protocol):
     def poll(self) -> int | None: ...
 
     def stop(self, grace: float = 30.0) -> int | None: ...
+
+
+LEADER_EXIT_WAIT_SECONDS = 3.0
 
 
 class ServerProcess:
@@ -116,7 +119,13 @@ class ServerProcess:
 
     def poll(self) -> int | None:
         self.members.check()
-        return self.popen.poll()
+        code = self.popen.poll()
+        if code is None and leader_exited(self.pid):
+            # SIGKILLed: its main thread is a zombie while its other threads unwind (0.5-1 s for SGLang's
+            # launcher), and waitpid says nothing until they have; a check in that window must not see it alive
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                code = self.popen.wait(timeout=LEADER_EXIT_WAIT_SECONDS)
+        return code
 
     @property
     def returncode(self) -> int | None:
@@ -172,14 +181,26 @@ def owned_processes(token: str) -> list[psutil.Process]:
 
 
 def kill_tree(pid: int, token: str, grace: float) -> None:
-    """Stop a server's whole tree: polite first, then certain."""
+    """Stop a server's whole tree: polite first, the root before its children, then certain.
+
+    The root alone is asked first: a server shuts its own children down in order. SGLang's launcher, sent
+    SIGTERM, drains and tells its schedulers to exit; a scheduler that got SIGTERM itself dies with -15 first,
+    and SGLang's subprocess watchdog takes that for a crash (it logs "Subprocess scheduler_0 crashed with exit
+    code -15" and SIGQUITs the tree). What is left once the root has gone, or the grace half spent, gets SIGTERM
+    too; what is left after the grace, SIGKILL."""
     members = _tree(pid, token)
+    deadline = time.monotonic() + grace
+    root = [p for p in members if p.pid == pid]
+    with contextlib.suppress(psutil.Error):
+        for proc in root:
+            proc.terminate()
+    _wait_gone(root, grace / 2)
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, signal.SIGTERM)
     for proc in members:
         with contextlib.suppress(psutil.Error):
             proc.terminate()
-    _wait_gone(members, grace)
+    _wait_gone(members, max(deadline - time.monotonic(), 0.0))
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, signal.SIGKILL)
     # A descendant may have spawned more processes during the grace period: look again.

@@ -20,9 +20,11 @@ Modes:
                there is none, the GPUs the server's tree holds, its CUDA_VISIBLE_DEVICES, the agent's clock);
                then JSON commands on stdin, one a line: {"do": "ping"} -> "pong" (the clock), {"do": "read",
                "gpus": [..] | null} -> one "reading", {"do": "start", "gpus", "interval"} -> a "reading" every
-               interval until {"do": "stop"} -> one last "reading" and "stopped". Clocks and reading times are
-               time.monotonic() here; the controller maps them onto its own. Ends on end-of-file or once the
-               supervisor is gone.
+               interval until {"do": "stop"} -> one last "reading" and "stopped". A reading's rows are [index,
+               util %, memory MiB, power W, SM clock MHz, temperature C, energy mJ] (protocol 2 added the
+               last: NVML's energy counter, null where the GPU has none and always under nvidia-smi). Clocks
+               and reading times are time.monotonic() here; the controller maps them onto its own. Ends on
+               end-of-file or once the supervisor is gone.
 """
 
 from __future__ import annotations
@@ -98,9 +100,15 @@ def _signal(pids: list[int], group: int | None, sig: int) -> None:
 
 
 def kill_tree(group: int | None, token: str, grace: float, server: subprocess.Popen[bytes] | None = None) -> None:
-    """SIGTERM the group and every token holder, wait up to `grace`, then SIGKILL, and sweep again."""
-    _signal(owned(token), group, signal.SIGTERM)
+    """SIGTERM the server first (it stops its own children in order: see process.kill_tree), then, once it
+    has gone or half the grace is spent, the group and every token holder; wait up to `grace`, then SIGKILL,
+    and sweep again."""
     deadline = time.monotonic() + grace
+    if server is not None and server.poll() is None:
+        server.terminate()
+        while server.poll() is None and time.monotonic() < deadline - grace / 2:
+            time.sleep(POLL)
+    _signal(owned(token), group, signal.SIGTERM)
     while time.monotonic() < deadline:
         if server is not None:
             server.poll()
@@ -269,7 +277,7 @@ def machine(spec: dict[str, Any]) -> int:
     return 0
 
 
-GPU_PROTOCOL = 1
+GPU_PROTOCOL = 2  # 2: each row ends with the energy counter (mJ or null)
 SMI_QUERY = "--query-gpu=index,utilization.gpu,memory.used,power.draw,clocks.sm,temperature.gpu"
 SMI_TIMEOUT = 10.0
 
@@ -303,7 +311,7 @@ class _Smi:
         rows = self._rows(SMI_QUERY, *(["--id=" + ",".join(map(str, gpus))] if gpus is not None else []))
         if rows is None:
             return None
-        return [[int(row[0]), *map(_number, row[1:])] for row in rows if len(row) == 6 and row[0].isdigit()]
+        return [[int(row[0]), *map(_number, row[1:]), None] for row in rows if len(row) == 6 and row[0].isdigit()]
 
     def held(self, pids: set[int]) -> list[int]:
         index = {row[1]: int(row[0]) for row in self._rows("--query-gpu=index,pci.bus_id") or []
@@ -332,6 +340,7 @@ class _Nvml:
 
     def read(self, gpus: list[int] | None) -> list[list[Any]] | None:
         nvml = self.nvml
+        energy = getattr(nvml, "nvmlDeviceGetTotalEnergyConsumption", None)  # absent in an old nvidia-ml-py
         try:
             found = []
             for index in range(nvml.nvmlDeviceGetCount()) if gpus is None else gpus:
@@ -343,7 +352,8 @@ class _Nvml:
                               memory.used / (1024 * 1024) if memory is not None else None,
                               power / 1000.0 if power is not None else None,
                               _number(self._ask(nvml.nvmlDeviceGetClockInfo, handle, nvml.NVML_CLOCK_SM)),
-                              _number(self._ask(nvml.nvmlDeviceGetTemperature, handle, nvml.NVML_TEMPERATURE_GPU))])
+                              _number(self._ask(nvml.nvmlDeviceGetTemperature, handle, nvml.NVML_TEMPERATURE_GPU)),
+                              _number(self._ask(energy, handle)) if energy is not None else None])
             return found
         except Exception:  # a GPU that fell off the bus mid-query: no answer rather than a wrong one
             return None

@@ -202,9 +202,10 @@ class HostGpus:
 
 
 def _readings(rows: Any) -> list[GpuReading] | None:
-    """The agent's rows ([index, util, memory, power, sm clock, temperature]) as readings; None for none."""
+    """The agent's rows ([index, util, memory, power, sm clock, temperature, energy mJ]; protocol 1's lack the
+    energy) as readings; None for none."""
     if not isinstance(rows, list):
         return None
-    found = [GpuReading(int(row[0]), *(None if v is None else float(v) for v in row[1:6]))
-             for row in rows if isinstance(row, list) and len(row) == 6]
+    found = [GpuReading(int(row[0]), *(None if v is None else float(v) for v in row[1:7]))
+             for row in rows if isinstance(row, list) and len(row) in (6, 7)]
     return found or None

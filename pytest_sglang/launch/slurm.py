@@ -44,6 +44,9 @@ NODE_TASK = "; ".join((  # one line, so that --sglang-show and an error's Comman
     'done', 'exec "${a[@]}"'))
 TASK_NAME = "pytest-sglang-node"  # $0 of NODE_TASK
 POLL_SECONDS = 0.2
+STOP_POLL_SECONDS = 0.02  # stop(): srun's exit, a local poll, is what tells that the step's processes are gone
+# a job in any other state has no task left running (COMPLETING: SLURM tidies up after tasks that ended)
+LIVE_STATES = ("PENDING", "CONFIGURING", "RUNNING", "SUSPENDED", "STOPPED", "RESIZING", "REQUEUED")
 GONE_TIMEOUT_SECONDS = 60.0  # after scancel, how long SLURM may take to end the steps (its KillWait included)
 SQUEUE_TIMEOUT_SECONDS = 15.0
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
@@ -193,13 +196,68 @@ def _cause(said: list[str]) -> str:
     return (fatal or errors or said[:1] or ["srun said nothing"])[-1]
 
 
+_TASK_END = re.compile(r"srun: error: (\S+): tasks? ([\d,\-]+): (.+)")
+_EXIT_CODE = re.compile(r"Exited with exit code (\d+)")
+_SIGNALS = {"Killed": 9, "Terminated": 15, "Interrupt": 2, "Aborted": 6, "Segmentation fault": 11, "Hangup": 1,
+            "Bus error": 7, "Floating point exception": 8, "Quit": 3}
+# srun's own words once it is stopping the step: its --kill-on-bad-exit after a task's bad exit, or a cancel
+# (the plugin's scancel, Ctrl-C). Every task end after one of these may be that stop's doing.
+_STOPPING = ("Terminating StepId", "Job step aborted", "forcing job termination", "Force Terminated",
+             "CANCELLED", "Cancelled", "interrupt (one more within", "Sending Ctrl-C", "got SIGCONT")
+
+
+@dataclass(frozen=True)
+class TaskEnd:
+    """One task's end as srun reports it: ``srun: error: node2: task 1: Exited with exit code 1``."""
+
+    rank: int
+    host: str
+    what: str  # "Exited with exit code 1", "Killed", "Terminated"
+    line: str  # srun's whole line
+    after_stop: bool  # reported once srun had begun stopping the step: maybe the stop's doing, not its own
+
+    @property
+    def code(self) -> int | None:
+        """The task's own exit status, in Popen's convention (negative: killed by that signal); None: unknown."""
+        found = _EXIT_CODE.search(self.what)
+        if found:
+            return int(found.group(1))
+        return next((-number for word, number in _SIGNALS.items() if self.what.startswith(word)), None)
+
+def task_ends(said: list[str]) -> list[TaskEnd]:
+    """Every task end srun reported, in its order (``tasks 0-1: ...`` is one per task)."""
+    ends: list[TaskEnd] = []
+    stopping = False
+    for line in said:
+        found = _TASK_END.match(line)
+        if found is None:
+            stopping = stopping or any(word in line for word in _STOPPING)
+            continue
+        for rank in _ranks(found.group(2)):
+            ends.append(TaskEnd(rank=rank, host=found.group(1), what=found.group(3), line=line,
+                                after_stop=stopping))
+        stopping = True  # --kill-on-bad-exit: srun stops the others after the first bad end
+    return ends
+
+
+def _ranks(text: str) -> list[int]:
+    ranks: list[int] = []
+    for part in text.split(","):
+        first, _, last = part.partition("-")
+        if first.isdigit():
+            ranks.extend(range(int(first), int(last) + 1 if last.isdigit() else int(first) + 1))
+    return ranks
+
+
+def is_stop_noise(line: str) -> bool:
+    """One of srun's lines about the stop itself (its own, or the plugin's cancel): no cause of anything."""
+    return _TASK_END.match(line) is None and any(word in line for word in _STOPPING)
+
+
 def failed_task(said: list[str]) -> tuple[int, str, str] | None:
     """(rank, host, what) of the first task srun saw fail: ``srun: error: node2: task 1: Exited with ...``."""
-    for line in said:
-        found = re.match(r"srun: error: (\S+): tasks? (\d+)[-\d,]*: (.+)", line)
-        if found:
-            return int(found.group(2)), found.group(1), found.group(3)
-    return None
+    ends = task_ends(said)
+    return (ends[0].rank, ends[0].host, ends[0].what) if ends else None
 
 
 @dataclass(eq=False)
@@ -290,33 +348,50 @@ class SlurmStep:
         return self.srun.poll()
 
     def stop(self, grace: float = 30.0) -> int | None:
-        """End the step on every node (SIGTERM, ``grace`` s, then SLURM's kill), cancel the job srun made, and
-        wait until SLURM lists neither; whatever is still listed then is named in ``left``."""
-        if self.nodes:  # scancel --signal blocks on a job that is still pending: only a running one is asked
-            self._scancel("--signal=TERM")
-            deadline = time.monotonic() + grace
-            while self._listed() and time.monotonic() < deadline:
-                time.sleep(POLL_SECONDS)
-        self._scancel()
-        deadline = time.monotonic() + GONE_TIMEOUT_SECONDS
-        while self._listed() and time.monotonic() < deadline:
-            time.sleep(POLL_SECONDS)
+        """End the step on every node (SIGTERM, ``grace`` s, then SLURM's kill) and return as soon as its
+        processes are gone: srun here exits once every node's step daemon has reported its task ended, so its
+        exit is what is waited on (polled here, every STOP_POLL_SECONDS), not the queue, which lists a job
+        that has ended as COMPLETING for seconds more. SLURM is asked only where srun cannot tell: a job still
+        pending, or srun gone while SLURM still runs the step. What SLURM still runs then is named in ``left``."""
+        if self.srun.poll() is None:
+            if self.nodes:  # scancel --signal blocks on a job that is still pending: only a running one is asked
+                self._scancel("--signal=TERM")
+                self._wait_srun(grace)
+            if self.srun.poll() is None:
+                self._scancel()  # SLURM's kill: SIGTERM, KillWait, SIGKILL on every node; a pending job dequeued
+                self._wait_srun(GONE_TIMEOUT_SECONDS)
         code = self.srun.stop(grace=min(grace, 5.0))
-        self.left = self._listed()
+        self.left = self._listed(running=True)
+        if self.left:  # srun is gone but SLURM still runs the step (srun was killed): SLURM must end it
+            self._scancel()
+            deadline = time.monotonic() + GONE_TIMEOUT_SECONDS
+            while (left := self._listed(running=True)) and time.monotonic() < deadline:
+                time.sleep(POLL_SECONDS)
+            self.left = left
         return code
 
+    def _wait_srun(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while self.srun.poll() is None and time.monotonic() < deadline:
+            time.sleep(STOP_POLL_SECONDS)
+
     def _scancel(self, *options: str) -> None:
-        targets = self._listed()
+        # the job srun made is known by its id: no squeue before the signal (inside an allocation the step's id
+        # is only known to squeue)
+        targets = [self.job_id] if self.splan.inside_job is None and self.job_id else self._listed()
         if targets:
             with contextlib.suppress(OSError, subprocess.SubprocessError):
                 subprocess.run(["scancel", *options, *targets], capture_output=True, timeout=SQUEUE_TIMEOUT_SECONDS,
                                check=False)
 
-    def _listed(self) -> list[str]:
-        """What SLURM still lists of this server: its steps (inside an allocation), or its job."""
+    def _listed(self, running: bool = False) -> list[str]:
+        """What SLURM still lists of this server: its steps (inside an allocation), or its job. ``running``:
+        only what has not ended (a job COMPLETING has no task left; SLURM is tidying up after it)."""
+        states = "" if not running else ",".join(LIVE_STATES)
         with contextlib.suppress(SlurmError):
             if self.splan.inside_job is None:
-                out = _run(["squeue", "-h", f"--name={self.splan.job_name}", "-o", "%i"])
+                out = _run(["squeue", "-h", f"--name={self.splan.job_name}", "-o", "%i",
+                            *([f"--states={states}"] if states else [])])
                 return out.split()
             out = _run(["squeue", "-h", "--steps", f"--jobs={self.splan.inside_job}", "-o", "%i %j"])
             return [line.split()[0] for line in out.splitlines() if line.split()[1:] == [self.splan.job_name]]

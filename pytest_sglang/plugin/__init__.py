@@ -270,7 +270,7 @@ class SGLangPlugin:
         if server is None or not hasattr(server, "check_alive"):
             return (yield)
         item.user_properties.extend(_junit_startup(server.record))
-        died = self._death_of(server)
+        died = self.death_of(server)
         if died is not None:
             pytest.fail(str(died), pytrace=False)
         try:
@@ -287,13 +287,13 @@ class SGLangPlugin:
                                               ConnectionError))
             if not (broken_request or server.has_logged_crash()):
                 raise
-            died = self._death_of(server, wait=5.0)
+            died = self.death_of(server, wait=5.0)
             if died is None:
                 raise
             seen = f"{type(exc).__name__}: {exc}"
         pytest.fail(f"{died}\n\n(The test itself saw: {seen})", pytrace=False)
 
-    def _death_of(self, server: ServerHandle, wait: float = 0.0) -> ServerDiedError | None:
+    def death_of(self, server: ServerHandle, wait: float = 0.0) -> ServerDiedError | None:
         """The server's death, if it has died; the summary and the report then say so."""
         try:
             server.check_alive(wait=wait)

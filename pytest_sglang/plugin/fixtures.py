@@ -150,6 +150,9 @@ class ResultsView:
             pytest.skip(f"profile {profile!r}: its server did not start ({record.reason})")
 
 
+TEARDOWN_LOOK_SECONDS = 0.5  # a process SIGKILLed a moment ago can still poll as running for a few ms
+
+
 @pytest.fixture(scope="session")
 def sglang_server(request: pytest.FixtureRequest) -> Generator[ServerHandle, None, None]:
     """A ready server for the current profile (session scope, one per --sglang-profile, one alive at a time).
@@ -177,7 +180,11 @@ def sglang_server(request: pytest.FixtureRequest) -> Generator[ServerHandle, Non
         yield server
     finally:
         plugin.pool.forget(server)
+        # a death no test was failed for (in the last test, or just before a test's check): the run fails here
+        unseen = None if server.death_told else plugin.death_of(server, wait=TEARDOWN_LOOK_SECONDS)
         server.close()
+    if unseen is not None:
+        fail_with(unseen)
 
 
 def _record_failure(plugin: SGLangPlugin, profile: str, exc: Exception) -> None:
@@ -204,7 +211,8 @@ def sglang_results(request: pytest.FixtureRequest) -> ResultsView:
 @pytest.fixture
 def sglang_bench(request: pytest.FixtureRequest, sglang_server: ServerHandle) -> BenchFixture:
     """``sglang_bench(num_requests=64, concurrency=None, request_rate=inf, input_len=128, output_len=128,
-    api="completions"|"chat"|"generate", warmup=1, seed=0, rounds=1, slo=None, cache="fresh"|"flush"|"warm", ...)``
+    api="completions"|"chat"|"generate" (through a fleet's router "generate"), warmup=1, seed=0, rounds=1, slo=None,
+    cache="fresh"|"flush"|"warm", ...)``
     streams requests at the profile's server (``cache``: how its rounds meet the server's prefix cache,
     pytest_sglang.bench.cache) and returns a BenchResult named as sglang.bench_serving names its figures (see
     pytest_sglang.bench); ``sglang_bench.sweep(concurrency=[1, 4, 16], ...)`` returns the curve, and

@@ -138,9 +138,9 @@ def launch_fleet(plan: FleetPlan, *, on_status: StatusCallback = ignore, on_reco
             started.append(_Started(member, *spawn(member.plan, say=say, reap=reap)))
         say("launching " + ", ".join(f"{s.member.name} (log {s.member.plan.log_path})" for s in started))
         peers = [_peer(s) for s in started]
+        # no log of its own until the router runs: a failure names its member's log, Ctrl-C none
         template = StartupRecord(profile=profile.name, kind=profile.kind, origin="launched", outcome="ready",
-                                 host=plan.router.plan.host, port=plan.router.plan.port, model=profile.model,
-                                 log_path=plan.router.plan.log_path)
+                                 host=plan.router.plan.host, port=plan.router.plan.port, model=profile.model)
         members_wait = Wait(template=template, timeout=plan.router.plan.startup_timeout, started_at=started_at,
                             stall_timeout=profile.stall_timeout, peers=peers,
                             timeout_headline=lambda: _not_up(peers, plan.router.plan.startup_timeout),
@@ -151,7 +151,8 @@ def launch_fleet(plan: FleetPlan, *, on_status: StatusCallback = ignore, on_reco
         started.append(router)
         say(f"{len(peers)} servers ready after {members_up:.1f} s; router started (log {plan.router.plan.log_path})")
         router_wait = Wait(
-            template=replace(template, pid=router.process.pid), started_at=router.process.started_at,
+            template=replace(template, pid=router.process.pid, log_path=plan.router.plan.log_path),
+            started_at=router.process.started_at,
             timeout=max(plan.router.plan.startup_timeout - members_up, 1.0), stall_timeout=profile.stall_timeout,
             probe=RouterReadiness(plan.router.base_url, plan.router.plan.headers, plan.expected_workers),
             process=router.process, watcher=router.watcher, command=plan.router.plan.argv, peers=peers, node="router",

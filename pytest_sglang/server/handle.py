@@ -114,6 +114,11 @@ class ServerHandle:
                 return
             time.sleep(0.1)
 
+    @property
+    def death_told(self) -> bool:
+        """A check has already raised this server's death (a test failed with it)."""
+        return self._death is not None
+
     def has_logged_crash(self) -> bool:
         return self.liveness.logged_crash()
 

@@ -69,7 +69,7 @@ def start_server(plan: LaunchPlan, *, on_status: StatusCallback = ignore, on_rec
                              host=plan.host, port=plan.port, model=profile.model, log_path=plan.log_path,
                              pid=process.pid)
     wait = startup_wait(plan, template=template, process=process, watcher=watcher, base_url=plan.base_url,
-                        command=plan.argv, look_at="the last phase and log lines above")
+                        command=plan.argv, look_at="the last phase above and the end of the full log")
     try:
         record = wait_for(wait, on_status=on_status, on_record=on_record)
     except BaseException:  # a failed startup, Ctrl-C during a 10-minute one, pytest-timeout cutting it

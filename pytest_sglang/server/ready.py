@@ -7,6 +7,7 @@ returns the startup record; a failed or interrupted wait reports its record too,
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -15,7 +16,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import requests
 
-from pytest_sglang.errors import Diagnosis, ServerStartupError
+from pytest_sglang.errors import Diagnosis, ServerStartupError, describe_exit
 from pytest_sglang.launch.members import died_first, essential_death
 from pytest_sglang.launch.process import ProcessTree
 from pytest_sglang.server.record import StartupRecord
@@ -155,6 +156,18 @@ class Peer:
     up_at: float | None = None  # when it was first seen up (the loop's clock)
 
 
+@dataclass(frozen=True)
+class NodeEnd:
+    """How one node of a process tree that spans nodes ended, as its launcher reports it (srun's ``srun: error:
+    node2: task 1: Exited with exit code 1``): the node's own exit status, not the launcher's, which is the
+    status of whichever node the launcher stopped last."""
+
+    name: str  # the peer's name, or the wait's node for node 0
+    code: int | None  # Popen's convention: negative, killed by that signal
+    said: str  # the launcher's line
+    stopped: bool  # it ended once the launcher had begun stopping the step (after another node's end)
+
+
 @dataclass
 class Wait:
     """What one startup waits on. An attached or reused server has no process and no watcher."""
@@ -173,6 +186,8 @@ class Wait:
     timeout_hints: Callable[[], list[str]] = field(default=list)
     peers: Sequence[Peer] = ()  # the other nodes: each must be up too, and each one's crash or stall fails it
     node: str | None = None  # "node 0 (node1)" where there are peers: rank 0's own failures name it too
+    # Where one process runs every node (srun): how each node ended, in the order the launcher saw them end.
+    node_ends: Callable[[], Sequence[NodeEnd]] | None = None
 
     @property
     def starts_a_process(self) -> bool:
@@ -199,7 +214,10 @@ def wait_for(wait: Wait, *, on_status: StatusCallback, on_record: RecordCallback
     try:
         seconds = _until_ready(wait, on_status, clock, sleep)
     except ServerStartupError as exc:
-        on_record(wait.record("failed", clock(), error=str(exc), cause=exc.cause))
+        # the log that tells: the failing node's or member's own, where the error names one
+        named = {"log_path": exc.log_path} if exc.log_path is not None else {}
+        cause = f"{exc.member}: {exc.cause}" if exc.member and exc.cause else exc.cause
+        on_record(wait.record("failed", clock(), error=str(exc), cause=cause, **named))
         raise
     except BaseException:  # Ctrl-C, or pytest-timeout cutting the wait
         on_record(wait.record("interrupted", clock()))
@@ -279,8 +297,9 @@ class _Verdicts:
         return None
 
     def exited(self, now: float) -> ServerStartupError | None:
-        """The process exited: named after the node whose log shows the first failure (rank 0 where it is
-        first)."""
+        """The process exited: named after the node(s) that failed of themselves where the launcher says how
+        each node ended (each with its own exit status), else after the node whose log shows the first failure
+        (rank 0 where it is first)."""
         wait = self.wait
         code = wait.process.poll() if wait.process is not None else None
         if code is None:
@@ -288,6 +307,9 @@ class _Verdicts:
         for w in [wait.watcher, *(p.watcher for p in wait.peers)]:
             if w is not None:
                 w.poll(now, final=True)
+        ends = [end for end in (wait.node_ends() if wait.node_ends is not None else ()) if _own_end(wait, end)]
+        if ends:
+            return _nodes_failed(wait, self.clock(), ends, code)
         failing = [p for p in wait.peers if p.watcher.failing_since is not None]
         culprit = (min(failing, key=lambda p: p.watcher.failing_since or 0.0) if failing
                    else next((p for p in wait.peers if p.watcher.diagnosis().root_causes), None))
@@ -355,25 +377,26 @@ class _Verdicts:
                    "a 401 or 403: give the profile's api_key (or the server's key in its env)"])
 
     def stalled(self, now: float) -> ServerStartupError | None:
-        """A node that has logged nothing for stall_timeout. Of several silent nodes the one furthest behind is
-        named (rank 0 waits silently in its init for a node that never joined); where rank 0 is as far along,
-        a silent other node is named before it."""
-        wait, watcher = self.wait, self.wait.watcher
-        if wait.stall_timeout is None or (watcher is None and not wait.peers):
+        """A node that has logged nothing for stall_timeout while it is not up. A silent node is named whatever
+        rank 0 logs meanwhile (rank 0 may log "waiting for 1 more node(s)" for ever); of several silent nodes
+        the one furthest behind is named (rank 0 waits silently in its init for a node that never joined), and
+        where rank 0 is as far along, a silent other node is named before it."""
+        wait, watcher, stall = self.wait, self.wait.watcher, self.wait.stall_timeout
+        if stall is None or (watcher is None and not wait.peers):
             return None
         waiting = [peer for peer in wait.peers if not peer.up]
         quiet = {id(peer): now - (peer.watcher.last_line_at or wait.started_at) for peer in waiting}
-        if watcher is not None:
-            quiet[id(watcher)] = now - (watcher.last_line_at or wait.started_at)
-        if not quiet or max(quiet.values()) < wait.stall_timeout:
-            return None
+        silent = [peer for peer in waiting if quiet[id(peer)] >= stall]
         if watcher is None:  # a fleet's members: the quietest one that is not up yet
-            quietest = max(waiting, key=lambda p: quiet[id(p)])
+            if not silent:
+                return None
+            quietest = max(silent, key=lambda p: quiet[id(p)])
             return _peer_stalled(wait, now, quietest, quiet[id(quietest)])
-        behind = min(waiting, key=lambda p: (len(p.watcher.phases), -quiet[id(p)]), default=None)
-        if behind is not None and len(behind.watcher.phases) <= len(watcher.phases):
+        head_quiet = now - (watcher.last_line_at or wait.started_at)
+        behind = min(silent, key=lambda p: (len(p.watcher.phases), -quiet[id(p)]), default=None)
+        if behind is not None and (head_quiet < stall or len(behind.watcher.phases) <= len(watcher.phases)):
             return _peer_stalled(wait, now, behind, quiet[id(behind)])
-        return _stalled(wait, now, quiet[id(watcher)])
+        return _stalled(wait, now, head_quiet) if head_quiet >= stall else None
 
     def ready(self, now: float) -> float | None:
         wait, watcher, probe = self.wait, self.wait.watcher, self.wait.probe
@@ -385,17 +408,27 @@ class _Verdicts:
         if wait.wait_for_line and ready_at is None:
             return None
         if probe is None:
-            return (ready_at if ready_at is not None else now) - wait.started_at
+            return self._followers_up(now, (ready_at if ready_at is not None else now) - wait.started_at)
         # After the ready line, ask at once and on every poll: the probe is the last step.
         if wait.wait_for_line or now - self.last_probe >= PROBE_EVERY_SECONDS:
             self.last_probe = now
             if probe.ok():
-                return self.clock() - wait.started_at
+                return self._followers_up(now, self.clock() - wait.started_at)
         return None
 
+    def _followers_up(self, now: float, seconds: float) -> float:
+        """Rank 0 is ready: so is every node that has no signal of its own (a torchrun node without HTTP, vLLM's
+        headless node), since rank 0 cannot be ready before the nodes it needs joined."""
+        for peer in self.wait.peers:
+            if _follower(peer) and not peer.up:
+                peer.up, peer.up_at = True, now
+        return seconds
+
     def peers_up(self, now: float) -> bool:
-        """Whether every other node's health server has answered 200 (each is asked at the probe pace)."""
-        down = [peer for peer in self.wait.peers if not peer.up]
+        """Whether every other node's health server has answered 200 (each is asked at the probe pace). A node
+        with no signal of its own (no probe, no line to wait for) is not up before rank 0 is: until then it is
+        still awaited, and its silence past stall_timeout names it."""
+        down = [peer for peer in self.wait.peers if not peer.up and not _follower(peer)]
         if down and now - self.last_peer_probe >= PROBE_EVERY_SECONDS:
             self.last_peer_probe = now
             for peer in down:
@@ -403,7 +436,12 @@ class _Verdicts:
                            and (not peer.wait_for_line or peer.watcher.ready_at is not None)
                            and (peer.probe is None or peer.probe.ok(timeout=1.0)))
                 peer.up_at = now if peer.up else None
-        return all(peer.up for peer in self.wait.peers)
+        return all(peer.up for peer in self.wait.peers if not _follower(peer))
+
+
+def _follower(peer: Peer) -> bool:
+    """A node of the wait's own process tree with no signal of its own: no probe, no ready line awaited."""
+    return peer.process is None and peer.probe is None and not peer.wait_for_line
 
 
 def _settled(watcher: LogWatcher, now: float) -> bool:
@@ -429,13 +467,56 @@ def _diagnosis(wait: Wait, code: int | None, peer: Peer | None = None) -> Diagno
 
 def _failure(wait: Wait, now: float, headline: str, code: int | None, peer: Peer | None = None) -> ServerStartupError:
     diagnosis = _diagnosis(wait, code, peer)
-    return ServerStartupError(
+    error = ServerStartupError(
         _on_node(wait, headline) if peer is None else headline, profile=wait.template.profile,
         log_path=peer.log_path if peer else wait.template.log_path,
         diagnosis=diagnosis,
         elapsed=now - wait.started_at, hints=wait.failure_hints(code, diagnosis),
         command=peer.command if peer is not None and peer.command else wait.command,
     )
+    error.member = peer.name if peer is not None else wait.node
+    return error
+
+
+_SIGNALLED = re.compile(r"(?i)\bgot signal\b|\bSignalException\b|\breceived signal\b|\bSIG(?:TERM|KILL|INT)\b")
+
+
+def _own_end(wait: Wait, end: NodeEnd) -> bool:
+    """A node failed of itself: it ended before the launcher began stopping the step, or after it with a root
+    cause of its own in its log (it failed at the same moment; a log that only says it was signalled does not
+    count: that is the stop's doing)."""
+    if not end.stopped:
+        return True
+    peer = next((p for p in wait.peers if p.name == end.name), None)
+    watcher = peer.watcher if peer is not None else wait.watcher
+    causes = watcher.diagnosis().root_causes if watcher is not None else []
+    return any(not _SIGNALLED.search(cause.splitlines()[0]) for cause in causes if cause.strip())
+
+
+def _nodes_failed(wait: Wait, now: float, ends: Sequence[NodeEnd], code: int) -> ServerStartupError:
+    """The nodes that failed of themselves (``ends``, the first first), each named with its own exit status; the
+    first one's log, root cause and exit status lead, every other one's root cause follows."""
+    peers = {peer.name: peer for peer in wait.peers}
+    lead = ends[0]
+    others = [f"{end.name} too ({describe_exit(end.code) or end.said})" for end in ends[1:]]
+    headline = f"{lead.name} exited during startup" + (f", and {', '.join(others)}" if others else "")
+    peer = peers.get(lead.name)
+    diagnosis = _diagnosis(wait, lead.code, peer)
+    logs = []
+    for end in ends[1:]:
+        other = peers.get(end.name)
+        watcher = other.watcher if other is not None else wait.watcher
+        causes = watcher.diagnosis().root_causes if watcher is not None else []
+        if causes and causes[0] not in diagnosis.root_causes:
+            diagnosis.root_causes.append(f"on {end.name}: {causes[0]}")
+        path = other.log_path if other is not None else wait.template.log_path
+        logs.append(f"{end.name}'s own log: {path}")
+    launcher = (f"the launcher exited with code {code} after it stopped the other node(s); each node's own end: "
+                + "; ".join(end.said for end in ends))
+    return ServerStartupError(
+        headline, profile=wait.template.profile, log_path=peer.log_path if peer is not None else wait.template.log_path,
+        diagnosis=diagnosis, elapsed=now - wait.started_at,
+        hints=[*logs, launcher, *wait.failure_hints(lead.code, diagnosis)], command=wait.command)
 
 
 def _timeout(wait: Wait, now: float) -> ServerStartupError:

@@ -22,10 +22,29 @@ from pytest_sglang.errors import (
 from pytest_sglang.launch.logdir import open_log
 from pytest_sglang.launch.plan import LaunchPlan, base_url
 from pytest_sglang.launch.release import stop_and_release
-from pytest_sglang.launch.slurm import LOOPBACK, Node, SlurmPlan, SlurmStep, failed_task, plan_slurm, srun_said
+from pytest_sglang.launch.slurm import (
+    LOOPBACK,
+    Node,
+    SlurmPlan,
+    SlurmStep,
+    TaskEnd,
+    is_stop_noise,
+    plan_slurm,
+    srun_said,
+    task_ends,
+)
 from pytest_sglang.server.handle import FAILURE_GRACE_SECONDS, LaunchedLiveness, ServerHandle
 from pytest_sglang.server.origins import failure_hints, startup_wait
-from pytest_sglang.server.ready import Peer, Probe, RecordCallback, StatusCallback, health_probe, ignore, wait_for
+from pytest_sglang.server.ready import (
+    NodeEnd,
+    Peer,
+    Probe,
+    RecordCallback,
+    StatusCallback,
+    health_probe,
+    ignore,
+    wait_for,
+)
 from pytest_sglang.server.record import StartupRecord
 from pytest_sglang.watch import LogTail, LogWatcher
 
@@ -72,8 +91,8 @@ def _wait_ready(plan: LaunchPlan, splan: SlurmPlan, step: SlurmStep, *, on_statu
     wait = startup_wait(plan, template=template, process=step, watcher=watcher, base_url=base_url(reach, plan.port),
                         command=[shlex.join(splan.argv)],
                         look_at=f"each node's log ({profile.name}.nodeN.log) and srun's ({splan.srun_log.name})")
-    wait = replace(wait, peers=peers, node=head.label, failure_hints=lambda code, d: [*failure_hints(plan, code, d),
-                                                                     *_srun_hints(splan)])
+    wait = replace(wait, peers=peers, node=head.label, node_ends=lambda: _node_ends(step),
+                   failure_hints=lambda code, d: [*failure_hints(plan, code, d), *_srun_hints(splan)])
     record = wait_for(wait, on_status=on_status, on_record=on_record)
     health = health_probe(plan, base_url(reach, plan.port))
     liveness = SlurmLiveness(profile=profile.name, process=step, watcher=watcher, health=health,
@@ -96,17 +115,42 @@ def _reach_host(plan: LaunchPlan, node: Node) -> str:
 
 
 def _peer(plan: LaunchPlan, splan: SlurmPlan, step: SlurmStep, node: Node) -> Peer:
-    # vLLM's --headless nodes and a generic command's other ranks serve no HTTP: their logs and srun tell.
-    probe = (Probe(base_url(_reach_host(plan, node), splan.node_port(node.rank)), PEER_HEALTH_PATH, plan.headers)
-             if plan.sim or plan.kind.name == "sglang" else None)
+    path = _peer_health_path(plan)
+    probe = (Probe(base_url(_reach_host(plan, node), splan.node_port(node.rank)), path, plan.headers)
+             if path is not None else None)
     log = splan.node_log(node.rank)
     watcher = LogWatcher(plan.kind, ready_pattern=plan.ready_pattern, started_at=step.started_at, tail=LogTail(log))
     return Peer(name=node.label, watcher=watcher, probe=probe, log_path=log)
 
 
+def _node_ends(step: SlurmStep) -> list[NodeEnd]:
+    """How each node ended, as srun reports it, named as the readiness loop names the nodes."""
+    return [NodeEnd(name=step.nodes[end.rank].label, code=end.code, said=end.line, stopped=end.after_stop)
+            for end in task_ends(srun_said(step.splan.srun_log)) if end.rank < len(step.nodes)]
+
+
+def _peer_health_path(plan: LaunchPlan) -> str | None:
+    """What each node other than rank 0 answers on its own port once it is up: SGLang's ranks >= 1 serve
+    /health; a generic command serves the profile's health_path on each node's own {port} where the profile
+    sets one. vLLM's --headless nodes and a generic command without one (torchrun's other nodes) serve no
+    HTTP: such a node is awaited until rank 0 is ready, and named if it goes silent (server/ready.py)."""
+    if plan.sim or plan.kind.name == "sglang":
+        return PEER_HEALTH_PATH
+    if plan.kind.name == "generic" and plan.profile.health_path:
+        return plan.profile.health_path
+    return None
+
+
 def _srun_hints(splan: SlurmPlan) -> list[str]:
+    """What srun said that matters: every task's end (``srun: error: node2: task 1: Exited with exit code 1``),
+    the decisive lines, first, then its other errors; never its lines about stopping the step, which the
+    plugin's own cancel (or srun's --kill-on-bad-exit) makes."""
     said = srun_said(splan.srun_log)
-    return [f"srun said: {line} (all of srun's messages: {splan.srun_log})" for line in said[-3:]]
+    ends = [end.line for end in task_ends(said)]
+    errors = [line for line in said if line.startswith(("srun: error", "srun: fatal")) and line not in ends
+              and not is_stop_noise(line)]
+    return [f"srun said: {line} (all of srun's messages: {splan.srun_log})"
+            for line in dict.fromkeys([*ends, *errors[-3:]])]
 
 
 @dataclass(eq=False)
@@ -135,12 +179,13 @@ class SlurmLiveness(LaunchedLiveness):
         if crashed:
             return self._peer_died(crashed[0], "logged a crash")
         code = self.process.poll()
-        failed = failed_task(srun_said(self.process.splan.srun_log)) if code is not None else None
-        if failed is not None and failed[0] < len(self.nodes):
-            node = self.nodes[failed[0]]
+        ends: list[TaskEnd] = task_ends(srun_said(self.process.splan.srun_log)) if code is not None else []
+        failed = next((end for end in ends if not end.after_stop and end.rank < len(self.nodes)), None)
+        if failed is not None:  # its own exit status, not srun's (the status of whichever node srun stopped last)
+            node = self.nodes[failed.rank]
             if node.rank > 0:
-                return self._peer_died(self.peers[node.rank - 1], f"ended: {failed[2]}", code)
-            return self._with_srun(self._died(f"{node.label} died during the session: {failed[2]}", code))
+                return self._peer_died(self.peers[node.rank - 1], f"ended: {failed.what}", failed.code)
+            return self._with_srun(self._died(f"{node.label} died during the session: {failed.what}", failed.code))
         for peer in self.peers:
             if code is None and peer.probe is not None and not peer.probe.ok(timeout=2.0):
                 return self._peer_died(peer, f"stopped answering {peer.probe.url} ({peer.probe.last})")

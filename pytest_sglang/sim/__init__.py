@@ -1,6 +1,7 @@
 """A stand-in for an SGLang server, stdlib only: same flags, same log lines, same endpoints, same crashes.
 
-`python -m pytest_sglang.sim --model-path M --port P [--tp N] [--speculative-algorithm EAGLE3] ...` starts a
+`python -m pytest_sglang.sim --model-path M --port P [--tp N] [--speculative-algorithm EAGLE3]
+[--stream-interval N] ...` starts a
 process tree like SGLang's (an HTTP main process, one scheduler child per TP rank, a detokenizer child) that
 logs SGLang's startup lines at a configurable pace and then serves /health, /generate and the OpenAI
 endpoints with paced, deterministic tokens. Knobs come as a JSON object in the PYTEST_SGLANG_SIM

@@ -156,6 +156,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--speculative-algorithm", dest="speculative_algorithm", default=None)
     p.add_argument("--speculative-draft-model-path", dest="speculative_draft_model_path", default=None)
     p.add_argument("--api-key", dest="api_key", default=None)
+    p.add_argument("--stream-interval", dest="stream_interval", type=int, default=1)
     p.add_argument("--served-model-name", dest="served_model_name", default=None)
     p.add_argument("--context-length", dest="context_length", type=int, default=None)
     p.add_argument("--enable-metrics", dest="enable_metrics", action="store_true")
@@ -192,6 +193,7 @@ class ServerArgs:
     disaggregation_bootstrap_port: int = DEFAULT_BOOTSTRAP_PORT
     disaggregation_transfer_backend: str = "mooncake"
     disaggregation_decode_retraction_backup: str | None = None
+    stream_interval: int = 1
 
     @property
     def disaggregated(self) -> bool:
@@ -221,7 +223,7 @@ def parse_args(argv: list[str], knobs: Knobs) -> ServerArgs:
     """Parse like SGLang; under fault "bad-flag" unknown flags are fatal (usage + error on stderr, exit 2)."""
     parser = build_parser()
     ns, unknown = parser.parse_known_args(argv)
-    if knobs.fault == "bad-flag":
+    if knobs.fault == "bad-flag" and (knobs.fault_node or 0) == ns.node_rank:  # fault_node: that node's alone
         parser.error(f"unrecognized arguments: {' '.join(unknown) if unknown else '--bad-flag'}")
     if ns.tp_size < 1:
         parser.error(f"argument --tp-size/--tp: invalid value: {ns.tp_size}")
@@ -248,5 +250,6 @@ def parse_args(argv: list[str], knobs: Knobs) -> ServerArgs:
         disaggregation_mode=ns.disaggregation_mode,
         disaggregation_bootstrap_port=ns.disaggregation_bootstrap_port,
         disaggregation_transfer_backend=ns.disaggregation_transfer_backend,
+        stream_interval=max(1, ns.stream_interval),
         disaggregation_decode_retraction_backup=ns.disaggregation_decode_retraction_backup,
     )

@@ -5,9 +5,10 @@ Output: the same prompt always gives the same tokens (greedy output is identical
 
 Pacing: the first chunk leaves ttft_ms after the request gets a batch slot; token i (0-based) is due at
 start + ttft + i / pace, against absolute deadlines so that no drift builds up. Without speculative
-decoding every chunk is one token and pace = decode_tok_s. Under speculative decoding the per-request pace
-is decode_tok_s * spec_speedup (default speedup 1.0, so measured tok/s still equals decode_tok_s), and the
-tokens come in verify steps of about accept_length tokens: step k carries tokens
+decoding every chunk is one token and pace = decode_tok_s (with ``--stream-interval N``, as SGLang's: the
+first token alone, then N tokens a chunk, each chunk leaving when its last token is due). Under speculative
+decoding the per-request pace is decode_tok_s * spec_speedup (default speedup 1.0, so measured tok/s still
+equals decode_tok_s), and the tokens come in verify steps of about accept_length tokens: step k carries tokens
 [floor(k * A), floor((k + 1) * A)) and leaves when its first token is due. So the chunk count is about
 tokens / accept_length, and meta_info.spec_verify_ct is that chunk count.
 
@@ -99,6 +100,7 @@ class Pacing:
     ttft_s: float
     accept_length: float | None = None  # None: no speculative decoding
     spec_speedup: float = 1.0
+    stream_interval: int = 1  # SGLang's --stream-interval: without speculative decoding, tokens per chunk
 
     @property
     def pace(self) -> float:
@@ -109,8 +111,12 @@ class Pacing:
         if n <= 0:
             return [(self.ttft_s, 0, 0)]
         out: list[tuple[float, int, int]] = []
-        if not self.accept_length:
+        if not self.accept_length and self.stream_interval <= 1:
             return [(self.ttft_s + i / self.pace, i, i + 1) for i in range(n)]
+        if not self.accept_length:  # the first token at once, then every stream_interval, the rest at the end
+            cuts = [0, 1, *range(1 + self.stream_interval, n, self.stream_interval), n]
+            return [(self.ttft_s + (hi - 1) / self.pace, lo, hi) for lo, hi in zip(cuts, cuts[1:], strict=False)
+                    if hi > lo]
         a = max(1.0, self.accept_length)
         k = 0
         while True:

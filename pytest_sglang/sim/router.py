@@ -472,8 +472,11 @@ class RouterHandler(BaseHTTPRequestHandler):
             elif path in INFO_PATHS and method == "GET":
                 self.forward_info(path)
             elif path in GENERATE_PATHS and method == "POST":
+                refused = openai_body_refusal(path, body)
                 if not (self.headers.get("Content-Type") or "").startswith("application/json"):
                     self.send_text(415, "Expected request with `Content-Type: application/json`")
+                elif refused is not None:
+                    self.send_text(422, refused)
                 elif r.pd:
                     self.forward_pd(path, body)
                 else:
@@ -667,5 +670,27 @@ def main(argv: list[str] | None = None) -> int:
     return SimRouter(args, workers, knobs).run()
 
 
+def openai_body_refusal(path: str, raw: bytes) -> str | None:
+    """sglang-router 0.3.2 parses an OpenAI body into its own types before it forwards it: a completion whose
+    prompt is token ids, or a body without "model", is answered 422 with these texts (docs/fleet-real.md);
+    SGLang itself takes both, and /generate passes through as it is."""
+    if not path.startswith("/v1/"):
+        return None
+    try:
+        body = json.loads(raw or b"{}")
+    except ValueError:
+        return "Failed to parse the request body as JSON"
+    if not isinstance(body, dict):
+        return None
+    if "model" not in body:
+        return "Failed to deserialize the JSON body into the target type: missing field `model`"
+    prompt = body.get("prompt")
+    if path == "/v1/completions" and isinstance(prompt, list) and prompt and not isinstance(prompt[0], str):
+        return ("Failed to deserialize the JSON body into the target type: prompt: data did not match any variant "
+                "of untagged enum StringOrArray")
+    return None
+
+
 if __name__ == "__main__":
     sys.exit(main())
+

@@ -57,6 +57,9 @@ BOOTSTRAP_TRACEBACK = [  # SGLang's bootstrap server binding its port in its own
 ]
 
 
+JOIN_WAIT_LOG_SECONDS = 2.0  # rank 0 logs "waiting for N more node(s)" this often while a node has not joined
+
+
 class SimHTTPServer(ThreadingHTTPServer):
     daemon_threads = True
     block_on_close = False
@@ -95,6 +98,7 @@ class SimServer:
             ttft_s=knobs.ttft_ms / 1000.0,
             accept_length=knobs.accept_length if args.speculative else None,
             spec_speedup=knobs.spec_speedup,
+            stream_interval=args.stream_interval,
         )
         self.host_speed = HostSpeed(run, knobs.session_drift, knobs.wander, knobs.instance_drift,
                                     os.environ.get(INSTANCE_ENV))
@@ -218,8 +222,15 @@ class SimServer:
         self.log.line("Init torch distributed begin.")
         if self.args.node_rank == 0:
             listener = socket.create_server((host.strip("[]"), int(port)))
+            listener.settimeout(JOIN_WAIT_LOG_SECONDS)
             while len(self.peers) < self.args.nnodes - 1:
-                conn, _ = listener.accept()
+                try:
+                    conn, _ = listener.accept()
+                except TimeoutError:  # as torch's store-based barrier does: rank 0 is not silent while it waits
+                    self.log.line(f"Init torch distributed: waiting for {self.args.nnodes - 1 - len(self.peers)} "
+                                  "more node(s)")
+                    continue
+                conn.settimeout(None)
                 conn.recv(64)
                 self.peers.append(conn)
             listener.close()

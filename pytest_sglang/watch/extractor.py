@@ -43,6 +43,7 @@ from .shapes import (
     LITERALS,
     NO_MODULE,
     REPEATED,
+    STOPPED_BY_LAUNCHER,
     TB_HEADER,
     TQDM,
     exception_line,
@@ -299,7 +300,7 @@ class RootCauseExtractor:
             return evident
 
         m = ARGPARSE.match(stripped) or CLICK_USAGE.match(stripped)
-        if m and not body[:1].isspace():
+        if m and not body[:1].isspace() and not STOPPED_BY_LAUNCHER.match(stripped):
             self._add_cause(stripped, key, _TIER_ARGPARSE)
             return True
         m = NO_MODULE.match(stripped)

@@ -37,6 +37,13 @@ _NOT_EXC = frozenset({"None", "True", "False", "Note", "Example", "Usage", "Hint
 
 ARGPARSE = re.compile(r"^(?P<prog>[\w.\-/]+(?: [\w.\-]+){0,3}): error: (?P<msg>\S.*)$")
 ARGPARSE_LITERALS = (": error: ",)
+# A job launcher's notice, written into the task's own output, that it stopped the task: slurmstepd's
+# "slurmstepd-node1: error: *** STEP 12.0 ON node1 CANCELLED AT 2026-12-02T15:27:20 ***" once scancel or srun's
+# --kill-on-bad-exit ended the step. It has the shape of a usage error, but it is the consequence of another
+# node's failure (or of the teardown), never a cause. "... DUE TO TIME LIMIT ***" (or preemption, node failure)
+# says why and stays a cause.
+STOPPED_BY_LAUNCHER = re.compile(
+    r"^slurmstepd(?:-[\w.\-]+)?: error: \*\*\* (?:STEP|JOB) \S+ ON \S+ CANCELLED AT \S+ \*\*\*$")
 # `python -m pkg.mod` without the package: "/venv/bin/python: Error while finding module specification for
 # 'sglang.launch_server' (ModuleNotFoundError: No module named 'sglang')", or "python3: No module named vllm".
 NO_MODULE = re.compile(r"^(?:\S*/)?python[\w.]*: (?:Error while finding module specification for .*\((?P<exc>"

@@ -159,8 +159,10 @@ class LogWatcher:
         return self._extractor.only_usage_errors
 
     def diagnosis(self, exit_code: int | None = None) -> Diagnosis:
+        causes = self._extractor.root_causes()
         return Diagnosis(
-            root_causes=self._extractor.root_causes(),
+            root_causes=causes,
+            reaction_only=bool(causes) and not self._extractor.has_exception,
             last_lines=list(self._last),
             phase=self.phase_label,
             exit_code=exit_code,

@@ -66,15 +66,28 @@ def test_failures_are_counted_and_named_never_hidden() -> None:
     assert "HTTP 503" in r.summary()
 
 
-def test_server_token_count_wins_and_mismatch_is_recorded() -> None:
+def test_server_token_count_wins_over_the_chunks_of_several_tokens() -> None:
     s = StreamResult(ok=True, status=200, start=0.0, end=1.0, chunk_times=[0.1, 0.5, 1.0], completion_tokens=9,
                      prompt_tokens=7)
     r = record_from_stream(s, prompt_tokens=99)
     assert r.output_tokens == 9 and r.input_tokens == 7 and r.chunks == 3
     assert r.itls == pytest.approx([0.4, 0.5])
     res = compute_metrics([r])
-    assert res.chunk_count_mismatches == 1
+    assert res.chunk_count_mismatches == 0  # 3 events carrying 9 tokens: normal, speculative or not
     assert res.server_token_counts_missing == 0
+
+
+def test_a_mismatch_is_more_output_events_than_the_server_counted_tokens() -> None:
+    """Each output-bearing event carries at least one new token: more events than tokens is a server whose counts
+    (and so the throughputs) are short; fewer is several tokens an event, which SGLang streams without
+    speculative decoding too (coalesced outputs under load, held-back partial UTF-8, --stream-interval)."""
+    short = record_from_stream(StreamResult(ok=True, status=200, start=0.0, end=1.0,
+                                            chunk_times=[0.1, 0.2, 0.3, 0.4], completion_tokens=3), prompt_tokens=5)
+    exact = record_from_stream(StreamResult(ok=True, status=200, start=0.0, end=1.0,
+                                            chunk_times=[0.1, 0.2, 0.3], completion_tokens=3), prompt_tokens=5)
+    fewer = record_from_stream(StreamResult(ok=True, status=200, start=0.0, end=1.0,
+                                            chunk_times=[0.1, 0.9], completion_tokens=3), prompt_tokens=5)
+    assert compute_metrics([short, exact, fewer]).chunk_count_mismatches == 1
 
 
 def test_chunk_count_is_the_fallback_when_the_server_gives_none() -> None:

@@ -10,18 +10,21 @@ import shutil
 import statistics
 import struct
 import subprocess
+import sys
 import threading
+import types
 import zlib
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from helpers import BUSY_GPU, IDLE_GPU, FakeGpu, assert_energy_is_power_over_duration
 
 from pytest_sglang.baseline import BaselineStore, Machine, compare
 from pytest_sglang.bench import run_bench
-from pytest_sglang.bench.metrics import GPU_FIGURES, SERVER_FIGURES
+from pytest_sglang.bench.metrics import GPU_FIGURES, SERVER_FIGURES, BenchResult, combine_rounds
 from pytest_sglang.bench.server_metrics import snapshot
-from pytest_sglang.bench.telemetry import Telemetry, _integral, server_gpus
+from pytest_sglang.bench.telemetry import Telemetry, _gpu_figures, _integral, server_gpus
 from pytest_sglang.launch.gpus import GpuReader, GpuReading
 
 from .simproc import run_sim
@@ -152,6 +155,7 @@ def test_figures_reach_the_table_junit_summary_report_and_page(
     assert bench["gate"] == "passed"
     assert bench["baseline"]["energy_per_output_token_j"]["status"] == "ok"
     r = bench["result"]
+    assert r["gpu_energy_source"] == "power_integral"  # nvidia-smi offers no energy counter
     assert r["energy_per_output_token_j"] == pytest.approx(r["gpu_power_mean_w"] * r["duration"]
                                                            / r["total_output_tokens"], rel=0.05)
     assert list(bench["telemetry"]["gpu"]["gpus"]) == ["1"] and len(bench["telemetry"]["rounds"]) == 2
@@ -261,3 +265,96 @@ def test_a_server_on_another_machine_is_not_sampled_here(fake_gpu: FakeGpu) -> N
         finally:
             tel.close()
     assert not any("--query-gpu=index,utilization" in q for q in fake_gpu.queries())
+
+
+# The GPU's own energy counter (issue 26 point 1): NVML's total energy in mJ, here counting 310 W on each GPU
+# while the power it reports says 250.5 W (an average that lags, as a real GPU's does after a ramp).
+COUNTING_NVML = FAKE_NVML + '''
+import time
+_T0 = time.perf_counter()
+def nvmlDeviceGetTotalEnergyConsumption(h):
+    return int(7_000_000 + 310_000 * (time.perf_counter() - _T0))  # mJ since the "driver" loaded
+'''
+UNSUPPORTED_NVML = FAKE_NVML + '''
+class NVMLError_NotSupported(NVMLError):
+    pass
+def nvmlDeviceGetTotalEnergyConsumption(h):
+    raise NVMLError_NotSupported("Not Supported")  # a pre-Volta GPU, a vGPU
+'''
+
+
+@pytest.mark.parametrize(("nvml", "source", "watts"), [
+    (COUNTING_NVML, "counter", 310.0),
+    (FAKE_NVML, "power_integral", 250.501),  # an nvidia-ml-py without the function
+    (UNSUPPORTED_NVML, "power_integral", 250.501),
+], ids=["counter", "no-function", "not-supported"])
+def test_energy_from_the_gpus_counter_where_it_has_one_else_the_power_integral(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, nvml: str, source: str, watts: float
+) -> None:
+    fake = types.ModuleType("pynvml")
+    exec(compile(nvml, "fake_pynvml.py", "exec"), fake.__dict__)  # noqa: S102 - the test's own fake module
+    monkeypatch.setitem(sys.modules, "pynvml", fake)  # and gone again after the test
+    monkeypatch.setenv("PYTEST_SGLANG_GPU_QUERY", "nvml")
+    with run_sim(tmp_path, SIM, env={"CUDA_VISIBLE_DEVICES": "1"}) as sim:
+        r = run_bench(sim, num_requests=4, concurrency=4, input_len=8, output_len=12, rounds=2)
+    assert r.gpu_unmeasured is None and r.telemetry is not None and list(r.telemetry["gpu"]["gpus"]) == ["1"]
+    for one in r.rounds:
+        assert one.gpu_energy_source == source
+        # the counter is exact to its millijoule and the readings' stamps; the integral of a constant power exact
+        assert one.gpu_energy_j == pytest.approx(watts * one.duration, rel=2e-3, abs=2e-3)
+        assert one.gpu_power_mean_w == pytest.approx(watts, rel=2e-3, abs=2e-3)
+    report = r.to_dict()
+    assert report["gpu_energy_source"] == source
+    assert [one["gpu_energy_source"] for one in report["rounds"]] == [source, source]
+
+
+def _samples(counter: list[float | None], power: float = 300.0, index: int = 0) -> list[tuple[float, list[GpuReading]]]:
+    """A reading a second from t=0, GPU ``index`` reporting ``power`` W and the counter values (mJ) given."""
+    return [(float(t), [GpuReading(index, 50.0, 1000.0, power, 1980.0, 50.0, energy)])
+            for t, energy in enumerate(counter)]
+
+
+def test_the_counter_is_read_at_the_windows_edges_and_summed_over_the_gpus() -> None:
+    one = SimpleNamespace(total_output_tokens=100)
+    gpu0 = _samples([1_000_000, 1_400_000, 1_800_000, 2_200_000])  # 400 W by its counter, 300 W by its power
+    gpu1 = _samples([9_000_000, 9_100_000, 9_200_000, 9_300_000], power=100.0, index=1)  # 100 W
+    both = [(t, a + b) for (t, a), (_, b) in zip(gpu0, gpu1, strict=True)]
+    _gpu_figures(one, both, 0.5, 2.5)  # edges between readings: the counters interpolated there
+    assert one.gpu_energy_source == "counter"
+    assert one.gpu_energy_j == pytest.approx(2.0 * (400 + 100))
+    assert one.gpu_power_mean_w == pytest.approx(500.0) and one.energy_per_output_token_j == pytest.approx(10.0)
+
+
+@pytest.mark.parametrize(("counter", "why"), [
+    ([1_000_000, 1_300_000, 5_000, 305_000], "went backwards: the driver reloaded"),
+    ([2.0**64 - 200_000, 2.0**64 - 100_000, 100_000, 400_000], "wrapped"),
+    ([1_000_000, 1_000_000, 1_000_000, 1_000_000], "stood still while the GPU drew power"),
+    ([1_000_000, None, 1_600_000, 1_900_000], "one reading without it"),
+    ([1_000_000, 1_300_000], "does not reach the window's end"),
+])
+def test_a_counter_that_cannot_be_trusted_over_the_round_falls_back_to_the_power_integral(
+    counter: list[float | None], why: str
+) -> None:
+    one = SimpleNamespace(total_output_tokens=100)
+    _gpu_figures(one, _samples(counter), 0.0, 3.0)
+    if why == "one reading without it":  # a reading that missed the counter once: the others still bracket it
+        assert one.gpu_energy_source == "counter" and one.gpu_energy_j == pytest.approx(900.0), why
+        return
+    assert one.gpu_energy_source == "power_integral", why
+    assert one.gpu_energy_j == pytest.approx(300.0 * 3.0), why
+
+
+def test_a_gpu_without_a_counter_beside_one_with_makes_the_round_integrate_the_power() -> None:
+    one = SimpleNamespace(total_output_tokens=10)
+    gpu0 = _samples([0, 400_000, 800_000, 1_200_000])
+    gpu1 = _samples([None, None, None, None], power=100.0, index=1)
+    _gpu_figures(one, [(t, a + b) for (t, a), (_, b) in zip(gpu0, gpu1, strict=True)], 0.0, 3.0)
+    assert (one.gpu_energy_source, one.gpu_energy_j) == ("power_integral", pytest.approx(3.0 * 400.0))
+
+
+def test_the_headline_says_mixed_where_rounds_found_their_energy_differently() -> None:
+    rounds = [BenchResult(output_throughput=float(k), gpu_energy_j=10.0 + k, gpu_energy_source=s)
+              for k, s in enumerate(("counter", "power_integral", "counter"))]
+    assert combine_rounds(rounds).gpu_energy_source == "mixed"
+    assert combine_rounds(rounds[::2]).gpu_energy_source == "counter"
+    assert combine_rounds([BenchResult()]).gpu_energy_source is None

@@ -89,7 +89,8 @@ def test_a_member_that_crashes_at_startup_fails_the_fleet_naming_it(pytester: py
     result.assert_outcomes(errors=2)
     out = result.stdout.str()
     assert "worker1 crashed during startup" in out or "worker1 exited during startup" in out, out
-    result.stdout.fnmatch_lines(["*AttributeError: *", "*Full log: *f.worker1.log*"])
+    result.stdout.fnmatch_lines(["*AttributeError: *", "*Full log: *f.worker1.log*",
+                                 "f: FAILED TO START: worker1: AttributeError: * (log: *f.worker1.log)"])
     assert "worker0 crashed" not in out and "worker0 exited" not in out
     assert not wait_for_no_processes(mark, timeout=20), "a member outlived the failed startup"
 
@@ -105,10 +106,14 @@ def test_the_router_failing_at_startup_is_named_with_its_panic(pytester: pytest.
 
 
 KILLS_A_MEMBER = """
-import os, signal, requests
+import os, signal, time
+import psutil
 
 def test_1_kill_worker1(sglang_server):
-    os.kill(sglang_server.members["worker1"].pid, signal.SIGKILL)
+    pid = sglang_server.members["worker1"].pid
+    os.kill(pid, signal.SIGKILL)
+    while psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:  # dead, before the next test asks
+        time.sleep(0.05)
 
 def test_2_after_the_kill(sglang_server):
     pass
@@ -127,6 +132,19 @@ def test_a_member_killed_mid_session_fails_the_next_tests_naming_it(pytester: py
     result.stdout.fnmatch_lines(["*fleet member worker1 (worker): server died during the session*",
                                  "f: ready in * s, then DIED during the session: worker1: * (log: *f.worker1.log)"])
     assert "fleet member worker0" not in result.stdout.str()
+    assert not wait_for_no_processes(mark, timeout=20)
+
+
+def test_a_member_killed_in_the_last_test_fails_the_run_at_teardown(pytester: pytest.Pytester, mark: str) -> None:
+    # no later test checks it: the fixture's teardown does, and the run does not pass with a dead member
+    pytester.makefile(".toml", pyproject=fleet_toml("f", mark, DP))
+    pytester.makepyfile(test_user=KILLS_A_MEMBER.split("def test_2")[0])
+    result = run(pytester, "--sglang-profile=f")
+    result.assert_outcomes(passed=1, errors=1)
+    result.stdout.fnmatch_lines(["*ERROR at teardown of test_1_kill_worker1*",
+                                 "*fleet member worker1 (worker): server died during the session*",
+                                 "f: ready in * s, then DIED during the session: worker1: *"])
+    assert result.ret != 0
     assert not wait_for_no_processes(mark, timeout=20)
 
 

@@ -3,8 +3,10 @@
 Real SGLang and vLLM servers on the CPU, launched by the plugin inside an inner pytest run.
 
 Each server lives in its own venv, made by `.ci/install-servers.sh DEST`; the tests find them through
-PYTEST_SGLANG_SGLANG_PYTHON and PYTEST_SGLANG_VLLM_PYTHON. Unset, the tests skip, except under CI=true, where
-they fail: CI never silently skips the real servers.
+PYTEST_SGLANG_SGLANG_PYTHON and PYTEST_SGLANG_VLLM_PYTHON (and, for the fleets of test_real_fleet.py,
+PYTEST_SGLANG_ROUTER_PYTHON: sglang-router's venv, and PYTEST_SGLANG_PD_EXTRAS: the folder with mooncake and
+msgpack for prefill/decode members). Unset, the tests skip, except under CI=true, where they fail: CI never
+silently skips the real servers.
 
 How the servers run: an inner `python -m pytest` in a temp project whose profiles TOML points `python` at the
 server venv (see `InnerProject`). The outer tests read the inner run's junit XML, its --sglang-report JSON and
@@ -19,7 +21,7 @@ import subprocess
 import sys
 import time
 import xml.etree.ElementTree as ET
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -29,7 +31,9 @@ from helpers import reap_marked  # tests/ is on sys.path: tests/conftest.py sits
 HERE = Path(__file__).resolve().parent
 STUB_DIR = HERE / "sgl_kernel_stub"
 TINY_MODEL = HERE / "tiny_model.py"
-PYTHON_VARS = {"sglang": "PYTEST_SGLANG_SGLANG_PYTHON", "vllm": "PYTEST_SGLANG_VLLM_PYTHON"}
+PYTHON_VARS = {"sglang": "PYTEST_SGLANG_SGLANG_PYTHON", "vllm": "PYTEST_SGLANG_VLLM_PYTHON",
+               "router": "PYTEST_SGLANG_ROUTER_PYTHON"}
+PD_EXTRAS_VAR = "PYTEST_SGLANG_PD_EXTRAS"
 
 # Flags that work on these 2-core CPU machines (shared/reference/sglang-cpu.md, vllm-cpu.md).
 SERVER_ARGS = {
@@ -42,16 +46,24 @@ STARTUP_TIMEOUT = 900  # vLLM's first start compiles the model: ~100 s on a quie
 
 
 def server_python(kind: str) -> str:
-    var = PYTHON_VARS[kind]
+    """The python of the `kind` venv (sglang, vllm, router); unset: skip, or fail under CI=true."""
+    return _installed(PYTHON_VARS[kind], f"DEST/{kind}/bin/python", f"the real {kind} server", Path.is_file)
+
+
+def pd_extras() -> str:
+    """The folder prefill/decode members need on PYTHONPATH (mooncake's transfer engine, msgpack)."""
+    return _installed(PD_EXTRAS_VAR, "DEST/pd-extras", "a real prefill/decode pair", Path.is_dir)
+
+
+def _installed(var: str, where: str, what: str, exists: Callable[[Path], bool]) -> str:
     value = os.environ.get(var)
     ci = os.environ.get("CI", "").lower() == "true"
     if not value:
-        msg = (f"{var} is not set: run `.ci/install-servers.sh DEST` and export {var}=DEST/{kind}/bin/python "
-               f"to run the real {kind} server")
+        msg = f"{var} is not set: run `.ci/install-servers.sh DEST` and export {var}={where} to run {what}"
         if ci:
             pytest.fail(f"CI=true but {msg}", pytrace=False)
         pytest.skip(msg)
-    if not Path(value).is_file():
+    if not exists(Path(value)):
         pytest.fail(f"{var}={value} does not exist: run `.ci/install-servers.sh DEST` first", pytrace=False)
     return value
 
@@ -82,15 +94,18 @@ def _toml(value: object) -> str:
 
 
 def profile_toml(name: str, kind: str, *, python: str, model: Path, mark: str, extra_args: Sequence[str] = (),
-                 startup_timeout: float = STARTUP_TIMEOUT, stub_dir: Path = STUB_DIR) -> str:
+                 startup_timeout: float = STARTUP_TIMEOUT, stub_dir: Path = STUB_DIR,
+                 extra_env: dict[str, str] | None = None, keys: dict[str, object] | None = None) -> str:
+    """One profile table; `keys` adds more (a fleet's `replicas`, `router`, `prefill`, `decode`)."""
     env = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TEST_MARK": mark, "PYTHONPATH": ""}
     if kind == "sglang":
         env.update(SGLANG_USE_CPU_ENGINE="1", PYTHONPATH=str(stub_dir))
     else:
         env.update(VLLM_CPU_KVCACHE_SPACE="1")
+    env.update(extra_env or {})
     table = {
         "kind": kind, "python": python, "model": str(model), "args": [*SERVER_ARGS[kind], *extra_args],
-        "startup_timeout": startup_timeout,
+        "startup_timeout": startup_timeout, **(keys or {}),
     }
     lines = [f"[profiles.{name}]"] + [f"{k} = {_toml(v)}" for k, v in table.items()] + [f"env = {_toml(env)}"]
     return "\n".join(lines) + "\n"

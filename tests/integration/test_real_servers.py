@@ -267,6 +267,15 @@ def test_server_stopped_with_no_process_left(happy: HappyRun) -> None:
     assert happy.leftovers == [], f"processes of the {happy.kind} server survived its stop: {happy.leftovers}"
 
 
+def test_the_stop_is_the_servers_own_shutdown_not_its_crash_path(happy: HappyRun) -> None:
+    """The root is asked first: SGLang drains and stops its schedulers itself. A scheduler SIGTERMed with the
+    whole group died with -15 first, and SGLang's subprocess watchdog logged it as a crash and SIGQUIT the tree."""
+    if happy.kind != "sglang":
+        pytest.skip("SGLang's subprocess watchdog only")
+    assert "SIGTERM received" in happy.log_text, happy.log_text[-2000:]
+    assert "crashed with exit code" not in happy.log_text, happy.log_text[-2000:]
+
+
 # -- faults: each its own launch -------------------------------------------------------------------------------
 
 INNER_ONE = '''

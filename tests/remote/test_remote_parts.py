@@ -5,6 +5,7 @@ a host runs it)."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -15,8 +16,10 @@ from helpers import FakeGpu
 
 from pytest_sglang.config.profiles import load_profiles
 from pytest_sglang.errors import ProfileError
+from pytest_sglang.launch.gpus import GpuReading
 from pytest_sglang.launch.plan import plan_launch
 from pytest_sglang.launch.remote import BOOTSTRAP, agent_input, plan_remote
+from pytest_sglang.launch.remote_gpus import _readings
 from pytest_sglang.launch.ssh_errors import explain
 
 
@@ -103,9 +106,10 @@ def test_the_gpu_agent_answers_its_protocol_and_ends_once_the_supervisor_is_gone
                                        "pid": supervisor.pid, "supervisor": supervisor.pid, "query": None}))
         agent.stdin.flush()
         hello = json.loads(agent.stdout.readline())
-        assert (hello["protocol"], hello["source"], hello["held"], hello["visible"]) == (1, "nvidia-smi", [0], "1")
+        assert (hello["protocol"], hello["source"], hello["held"], hello["visible"]) == (2, "nvidia-smi", [0], "1")
         assert ask({"do": "ping"})["clock"] >= hello["clock"]
-        assert ask({"do": "read", "gpus": [1]})["readings"] == [[1, 71.0, None, 300.5, None, None]]
+        # nvidia-smi: no energy counter, the row's last element
+        assert ask({"do": "read", "gpus": [1]})["readings"] == [[1, 71.0, None, 300.5, None, None, None]]
         supervisor.kill()
         supervisor.wait()
         assert agent.wait(timeout=5) == 0, "the agent outlived its supervisor"
@@ -134,3 +138,47 @@ def test_the_supervising_agent_exits_cleanly_after_a_stop(tmp_path: Path) -> Non
     finally:
         agent.kill()
         agent.wait()
+
+
+COUNTING_NVML = '''
+"""nvidia-ml-py's names for one GPU whose driver keeps an energy counter (mJ since it loaded)."""
+NVML_CLOCK_SM, NVML_TEMPERATURE_GPU = 1, 0
+class _Util:
+    gpu = 30
+class _Memory:
+    used = 2048 * 1024 * 1024
+def nvmlInit(): pass
+def nvmlShutdown(): pass
+def nvmlDeviceGetCount(): return 1
+def nvmlDeviceGetHandleByIndex(i): return i
+def nvmlDeviceGetUtilizationRates(h): return _Util()
+def nvmlDeviceGetMemoryInfo(h): return _Memory()
+def nvmlDeviceGetPowerUsage(h): return 120000
+def nvmlDeviceGetClockInfo(h, kind): return 1980
+def nvmlDeviceGetTemperature(h, kind): return 40
+def nvmlDeviceGetTotalEnergyConsumption(h): return 123456789
+def nvmlDeviceGetComputeRunningProcesses(h): return []
+'''
+
+
+@pytest.mark.timeout(30)
+def test_the_gpu_agent_sends_nvmls_energy_counter_and_the_controller_reads_both_protocols(tmp_path: Path) -> None:
+    (tmp_path / "pynvml.py").write_text(COUNTING_NVML)
+    agent = subprocess.Popen([sys.executable, "-c", BOOTSTRAP, "pytest-sglang", "gpus"], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, env={**os.environ, "PYTHONPATH": str(tmp_path)})
+    assert agent.stdin is not None and agent.stdout is not None
+    try:
+        agent.stdin.write(agent_input({"env": {}, "token": "no-such-token", "pid": os.getpid(), "supervisor": 0,
+                                       "query": "nvml"}))
+        agent.stdin.flush()
+        hello = json.loads(agent.stdout.readline())
+        agent.stdin.write(b'{"do": "read", "gpus": null}\n')  # after the hello: the spec's reader buffers stdin
+        agent.stdin.flush()
+        assert (hello["protocol"], hello["source"]) == (2, "nvml")
+        rows = json.loads(agent.stdout.readline())["readings"]
+        assert rows == [[0, 30.0, 2048.0, 120.0, 1980.0, 40.0, 123456789.0]]
+    finally:
+        agent.kill()
+        agent.wait()
+    assert _readings(rows) == [GpuReading(0, 30.0, 2048.0, 120.0, 1980.0, 40.0, 123456789.0)]
+    assert _readings([[0, 30, 2048, 120, 1980, 40]]) == [GpuReading(0, 30.0, 2048.0, 120.0, 1980.0, 40.0, None)]

@@ -74,7 +74,7 @@ def test_the_summary_tells_each_origin_apart(origin: str, summary: str) -> None:
 
 
 def test_the_controller_reports_the_launching_workers_startup_not_a_joiners() -> None:
-    run = ControllerRun(cast(Settings, None))  # gathering reads no setting
+    run = ControllerRun(cast(Settings, None), print)  # gathering reads no setting, shows nothing
     ledger = SessionLedger()
     launched = record("launched")
     for sent in (launched.joined(), launched, launched.joined()):

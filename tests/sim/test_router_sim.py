@@ -120,8 +120,8 @@ def test_round_robin_spreads_streams_and_forwards_the_key(fleet: tuple[Sim, Sim,
     assert r.get("/v1/models", headers=AUTH).json()["data"][0]["id"] == "sim/tiny"
     assert r.get("/get_model_info", headers=AUTH).json()["model_path"] == "sim/tiny"
     # a stream passes through event by event
-    with requests.post(r.base + "/v1/chat/completions", json={"messages": [{"role": "user", "content": "hi"}],
-                                                              "max_tokens": 6, "stream": True},
+    chat = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 6, "stream": True}
+    with requests.post(r.base + "/v1/chat/completions", json=chat,
                        headers=AUTH, stream=True, timeout=30) as resp:
         assert resp.status_code == 200 and resp.headers["Content-Type"].startswith("text/event-stream")
         events = [e for _, e in sse_events(resp)]
@@ -202,8 +202,8 @@ def test_pd_pair_counts_each_side_and_streams(launch: Launch) -> None:
     before = {(m, n): counter(m, n) for m in (prefill, decode) for n in names}
     resp = generate(r, "one two three", 7)
     assert resp.status_code == 200 and resp.json()["meta_info"]["completion_tokens"] == 7
-    with requests.post(r.base + "/v1/completions", json={"prompt": "four five", "max_tokens": 5, "stream": True},
-                       stream=True, timeout=30) as sresp:
+    completion = {"model": "m", "prompt": "four five", "max_tokens": 5, "stream": True}
+    with requests.post(r.base + "/v1/completions", json=completion, stream=True, timeout=30) as sresp:
         events = [e for _, e in sse_events(sresp)]
     assert events[-1] == "[DONE]" and len([e for e in events[:-1] if e["choices"]]) == 5
 
@@ -316,3 +316,14 @@ def test_fault_member_knob() -> None:
     for bad in ('""', "5", '["router"]'):
         with pytest.raises(KnobError, match="fault_member"):
             load_knobs(f'{{"fault_member": {bad}}}')
+
+
+def test_openai_bodies_are_parsed_as_the_real_router_does(tmp_path) -> None:
+    """sglang-router 0.3.2 answers 422 to a completion with token-id prompts and to an OpenAI body without
+    "model" (docs/fleet-real.md); /generate with input_ids passes through."""
+    from pytest_sglang.sim.router import openai_body_refusal
+
+    assert "StringOrArray" in (openai_body_refusal("/v1/completions", b'{"model": "m", "prompt": [1, 2]}') or "")
+    assert "missing field `model`" in (openai_body_refusal("/v1/chat/completions", b'{"messages": []}') or "")
+    assert openai_body_refusal("/v1/completions", b'{"model": "m", "prompt": "text"}') is None
+    assert openai_body_refusal("/generate", b'{"input_ids": [1, 2]}') is None

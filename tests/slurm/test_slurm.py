@@ -12,6 +12,7 @@ import re
 import shlex
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -255,3 +256,91 @@ def test_pytest_sigkilled_inside_an_allocation_ends_the_step(project: Project) -
     gone = re.search(r"step-gone-after=([\d.]+)", text)
     assert gone and float(gone.group(1)) < 15.0, text
     _assert_nothing_left(project, "pytest SIGKILLed inside salloc (step gone after)", float(gone.group(1)))
+
+
+def _generic_sim(name: str, mark: str, knobs: str, extra: str = "") -> str:
+    """A generic profile (the torchrun route's kind) whose command is the simulator, run as is on each node with
+    its own {node_rank} and {port}: no --sglang-sim, so the generic kind's own rules apply."""
+    command = [sys.executable, "-m", "pytest_sglang.sim", "--model-path", "sim-model", "--host", "{host}",
+               "--port", "{port}", "--tp", "2", "--nnodes", "{nnodes}", "--node-rank", "{node_rank}",
+               "--dist-init-addr", "{head_host}:{dist_port}"]
+    return (f"[tool.pytest_sglang.profiles.{name}]\nkind = \"generic\"\ncommand = {json.dumps(command)}\n"
+            f"ready_pattern = \"fired up and ready to roll\"\nslurm = {{ nodes = 2 }}\n"
+            f"env = {{ TEST_MARK = \"{mark}\", PYTEST_SGLANG_SIM = {json.dumps(knobs)} }}\n{extra}\n")
+
+
+@pytest.mark.parametrize("health_path", ['health_path = "/health"', ""], ids=["probed", "no-http"])
+def test_generic_node_1_that_never_joins_is_named_whatever_rank_0_logs(project: Project, health_path: str) -> None:
+    """kind = "generic": node 1 is probed at its own port where the profile sets health_path, and awaited until
+    rank 0 is ready where it serves no HTTP (torchrun's other nodes); either way it does not count as up at
+    once, and its silence is named at the stall timeout while rank 0 logs "waiting for 1 more node(s)" every
+    2 s, long before the startup timeout."""
+    hang = '{"startup_seconds": 2, "fault": "hang", "fault_node": 1}'
+    project.write(_generic_sim("ghang", project.mark, hang, f"{health_path}\nstall_timeout = 4\nstartup_timeout = 60")
+                  + _generic_sim("gok", project.mark, '{"startup_seconds": 2}', health_path), PASSING.replace(
+                      'assert sglang_server.log_path.name.endswith(".node0.log")', "pass"))
+    out, _ = project.run("ghang", sim=False)
+    assert re.search(r"node 1 \(node2\) has logged nothing new for \d+ s in phase starting; rank 0 is waiting",
+                     out), out
+    assert "waiting for 1 more node(s)" in project.node_log("ghang", 0).read_text()
+    assert 4.0 <= _elapsed(out) < 60, out  # the stall timeout, not the startup timeout
+    assert "ghang: FAILED TO START" in out and "(log: " + str(project.node_log("ghang", 1)) + ")" in out, out
+    _assert_nothing_left(project, f"generic node 1 never joins ({health_path or 'no health_path'})", _elapsed(out))
+    out, _ = project.run("gok", sim=False)  # and a healthy generic server over two nodes comes up
+    assert "1 passed" in out, out
+    _assert_nothing_left(project, "generic healthy", 0.0)
+
+
+def _first_line(out: str, profile_name: str) -> str:
+    return next(line for line in out.splitlines() if line.startswith(f"[sglang {profile_name}] node"))
+
+
+def _root_cause_block(out: str) -> str:
+    return out.split("Root cause from the server log:", 1)[1].split("Full log:", 1)[0]
+
+
+def test_node_1_exits_its_own_status_srun_line_and_log_are_named(project: Project) -> None:
+    """node 1 rejects its command line (exit 2) and srun's --kill-on-bad-exit stops node 0: the error names
+    node 1 with its own exit status and srun's line about it, the summary points at node 1's log, and node 0's
+    slurmstepd "*** STEP ... CANCELLED ***" notice is no root cause."""
+    project.write(profile("flag1", project.mark, sim='startup_seconds = 30, fault = "bad-flag", fault_node = 1',
+                          extra="stall_timeout = 60"), PASSING)
+    out, _ = project.run("flag1")
+    first = _first_line(out, "flag1")
+    assert first.startswith("[sglang flag1] node 1 (node2) exited during startup: sglang serve: error: "
+                            "unrecognized arguments: --bad-flag"), out
+    assert "exit code 2" in first and "node 0" not in first, out
+    assert "srun said: srun: error: node2: task 1: Exited with exit code 2" in out, out
+    assert "CANCELLED" not in _root_cause_block(out), out
+    assert f"flag1: FAILED TO START: sglang serve: error: unrecognized arguments: --bad-flag (log: " \
+           f"{project.node_log('flag1', 1)})" in out, out
+    _assert_nothing_left(project, "node 1 exits 2 (error after)", _elapsed(out))
+
+
+def test_both_nodes_fail_both_are_named(project: Project) -> None:
+    project.write(profile("both", project.mark).replace('["--tp", "2"]', '["--tp", "0"]'), PASSING)
+    out, _ = project.run("both")
+    first = _first_line(out, "both")
+    assert "node 1 (node2)" in first and "node 0 (node1)" in first and "exited during startup" in first, out
+    assert "argument --tp-size/--tp: invalid value: 0" in first, out
+    assert "srun: error: node2: task 1: Exited with exit code 2" in out, out
+    assert "srun: error: node1: task 0: Exited with exit code 2" in out, out
+    _assert_nothing_left(project, "both nodes exit 2 (error after)", _elapsed(out))
+
+
+def test_node_exit_status_is_its_own_not_sruns(project: Project) -> None:
+    """node 1 exits 1; srun then kills node 0 and exits with node 0's signal status (137/143): the error's
+    exit status is node 1's, and srun's line about node 1 is shown."""
+    command = ["bash", "-c", 'echo "starting on node $1"; if [ "$1" = 1 ]; then echo "RuntimeError: rendezvous '
+               'refused on node $1" >&2; exit 1; fi; exec sleep 300', "task", "{node_rank}"]
+    project.write(f"[tool.pytest_sglang.profiles.exit1]\nkind = \"generic\"\ncommand = {json.dumps(command)}\n"
+                  f"slurm = {{ nodes = 2 }}\nenv = {{ TEST_MARK = \"{project.mark}\" }}\nstall_timeout = 60\n",
+                  PASSING)
+    out, _ = project.run("exit1", sim=False)
+    first = _first_line(out, "exit1")
+    assert first.startswith("[sglang exit1] node 1 (node2) exited during startup"), out
+    assert "exit code 1)" in first or "exit code 1," in first, out
+    assert "exit code 137" not in first and "exit code 143" not in first, out
+    assert "srun said: srun: error: node2: task 1: Exited with exit code 1" in out, out
+    assert f"(log: {project.node_log('exit1', 1)})" in out, out
+    _assert_nothing_left(project, "node 1 exits 1 (error after)", _elapsed(out))

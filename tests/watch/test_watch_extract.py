@@ -414,3 +414,17 @@ def test_click_usage_error_is_the_root_cause() -> None:
     ]
     assert extract_root_causes(log) == ["Error: No such option '--tp'."]
     assert extract_root_causes(["Error: something benign happened"]) == []
+
+
+def test_slurmstepd_cancel_notice_is_never_a_root_cause() -> None:
+    """slurmstepd writes its notice into the task's own output once scancel or srun's --kill-on-bad-exit ended
+    the step: a consequence of another node's failure, though shaped like a usage error. A time limit says why."""
+    cancelled = """\
+[2026-12-02 15:27:20 TP0] Init torch distributed begin.
+slurmstepd-node1: error: *** STEP 2.0 ON node1 CANCELLED AT 2026-12-02T15:27:20 ***
+slurmstepd: error: *** JOB 7 ON node1 CANCELLED AT 2026-12-02T15:27:21 ***
+"""
+    assert extract_root_causes(_lines(cancelled)) == []
+    assert extract_root_causes(_lines(cancelled + SGL_TB.format(rank="TP0")))[0].startswith("AttributeError: ")
+    limit = "slurmstepd: error: *** JOB 7 ON node1 CANCELLED AT 2026-12-02T15:27:21 DUE TO TIME LIMIT ***"
+    assert _headlines(extract_root_causes([limit])) == [limit]

@@ -232,3 +232,33 @@ def test_the_probes_own_access_lines_are_not_progress(tmp_path: Path) -> None:
         f.flush()
         w.poll(T0 + 6)
     assert w.last_line_at == T0 + 6
+
+
+def test_a_killed_process_is_the_cause_where_the_server_logged_only_its_reaction() -> None:
+    """SGLang's scheduler SIGKILLed: its launcher logs "Received sigquit from a child process" and no exception.
+    That line is SGLang's reaction; the process that died first, and how, is the cause the error leads with."""
+    from pytest_sglang.errors import ServerDiedError
+
+    w = LogWatcher(SGLANG, started_at=T0)
+    w.feed(["[2026-12-02 10:00:00] The server is fired up and ready to roll!",
+            "[2026-12-02 10:00:09] Received sigquit from a child process. It usually means the child failed."], T0 + 9)
+    diagnosis = w.diagnosis(exit_code=-9)
+    assert diagnosis.reaction_only
+    diagnosis.died_first = "sglang::scheduler_TP0 (pid 41): killed by SIGKILL (exit code 137), noticed 9.1 s later"
+    error = ServerDiedError("server died during the session", profile="p", log_path=None, diagnosis=diagnosis)
+    first, *rest = str(error).splitlines()
+    assert first.startswith("[sglang p] server died during the session: sglang::scheduler_TP0 (pid 41): killed by "
+                            "SIGKILL")
+    assert "What the server logged of it:" in rest
+    assert any("Received sigquit from a child process" in line for line in rest)
+    assert not any(line.startswith("First process of the server's tree to die") for line in rest)
+
+    crashed = LogWatcher(SGLANG, started_at=T0)  # a real exception stays the cause, the first death beside it
+    crashed.feed(["Traceback (most recent call last):", '  File "x.py", line 1, in <module>',
+                  "RuntimeError: CUDA error: out of memory", "Received sigquit from a child process."], T0 + 1)
+    told = crashed.diagnosis()
+    told.died_first = "sglang::scheduler_TP0 (pid 41): exit code 1"
+    assert not told.reaction_only
+    error = ServerDiedError("server died during the session", profile="p", log_path=None, diagnosis=told)
+    assert error.cause == "RuntimeError: CUDA error: out of memory"
+    assert "First process of the server's tree to die: sglang::scheduler_TP0" in str(error)
