@@ -10,7 +10,15 @@ from pathlib import Path
 from typing import Any
 
 from pytest_sglang.bench.sweep import CURVE_X, CURVE_Y
-from pytest_sglang.report.tables import HEADERS, _test_label, bench_cells, history_lines, step_line, telemetry_text
+from pytest_sglang.report.tables import (
+    HEADERS,
+    _test_label,
+    bench_cells,
+    history_lines,
+    member_lines,
+    step_line,
+    telemetry_text,
+)
 from pytest_sglang.report.timeseries import telemetry_panels
 
 _COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#17becf")
@@ -320,7 +328,9 @@ def _benchmarks(report: dict[str, Any]) -> str:
     if not rows:
         return ""
     head = "".join(f"<th>{html.escape(h)}</th>" for h in HEADERS if h != "startup s")
-    return f"<h2>Benchmarks</h2>{_bars(report)}<table><tr>{head}</tr>{''.join(rows)}</table>"
+    members = "".join(f"<li class='small'>{html.escape(line)}</li>" for line in member_lines(report))
+    spread = f"<h3>What each fleet member served</h3><ul>{members}</ul>" if members else ""
+    return f"<h2>Benchmarks</h2>{_bars(report)}<table><tr>{head}</tr>{''.join(rows)}</table>{spread}"
 
 
 def _href(path: str, base: Path | None) -> str:

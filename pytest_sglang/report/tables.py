@@ -188,7 +188,7 @@ def history_lines(report: dict[str, Any]) -> list[str]:
     return out
 
 
-def _member_lines(report: dict[str, Any]) -> list[str]:
+def member_lines(report: dict[str, Any]) -> list[str]:
     """Per benchmark through a fleet's router: ``p test_x: worker0 33 requests (52 %, 4224 tok out), worker1 ...``
     (each member's own /metrics, bench/members.py)."""
     out = []
@@ -229,7 +229,7 @@ def terminal_lines(report: dict[str, Any]) -> list[str]:
         out += [f"note: {note}" for note in _notes(name, prof, report)]
     out += [f"telemetry: {line}" for line in _telemetry_lines(report)]
     out += [f"prefix cache: {line}" for line in _cache_lines(report)]
-    out += [f"fleet members: {line}" for line in _member_lines(report)]
+    out += [f"fleet members: {line}" for line in member_lines(report)]
     return out + ab_lines(report) + history_lines(report) + gate_lines(report)
 
 

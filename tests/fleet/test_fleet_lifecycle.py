@@ -71,8 +71,10 @@ def test_a_fleet_is_one_server_to_its_tests(pytester: pytest.Pytester, mark: str
                                             members: list[str], roles: list[str]) -> None:
     pytester.makefile(".toml", pyproject=fleet_toml("f", mark, topology + '\nargs = ["--enable-metrics"]'))
     pytester.makepyfile(test_fleet=f"EXPECTED = {members!r}\nROLES = {roles!r}\n" + SERVES)
-    result = run(pytester, "--sglang-profile=f", "-s")
+    result = run(pytester, "--sglang-profile=f", "-s", "--sglang-report=report.json")
     result.assert_outcomes(passed=3)
+    page = (pytester.path / "report.html").read_text()
+    assert "What each fleet member served" in page and f"{members[0]} ({roles[0]})" in page
     result.stdout.fnmatch_lines(["*[[]sglang f[]] launching *", "*servers ready after * s; router started*",
                                  "f: ready in *", f"fleet members: f test_bench_through_the_router: {members[0]} *"])
     assert not wait_for_no_processes(mark, timeout=20)
