@@ -122,9 +122,11 @@ class _Started:
 
 
 def launch_fleet(plan: FleetPlan, *, on_status: StatusCallback = ignore, on_record: RecordCallback = ignore,
-                 reap: bool = True) -> ServerHandle:
+                 reap: bool = True, keep: bool = False, guardian_pid: int | None = None) -> ServerHandle:
     """Launch every member of the fleet and return its handle once the router counts every server healthy; on
-    any failure, Ctrl-C included, every member started is stopped before the error goes on."""
+    any failure, Ctrl-C included, every member started is stopped before the error goes on. ``keep``: closing
+    the handle leaves the members running (an xdist run's controller stops them); ``guardian_pid``: the process
+    whose death takes the members with it (default: this one)."""
     profile = plan.profile
     plan.register_secrets()
 
@@ -135,7 +137,7 @@ def launch_fleet(plan: FleetPlan, *, on_status: StatusCallback = ignore, on_reco
     started: list[_Started] = []
     try:
         for member in plan.servers:
-            started.append(_Started(member, *spawn(member.plan, say=say, reap=reap)))
+            started.append(_Started(member, *spawn(member.plan, say=say, reap=reap, guardian_pid=guardian_pid)))
         say("launching " + ", ".join(f"{s.member.name} (log {s.member.plan.log_path})" for s in started))
         peers = [_peer(s) for s in started]
         # no log of its own until the router runs: a failure names its member's log, Ctrl-C none
@@ -147,7 +149,7 @@ def launch_fleet(plan: FleetPlan, *, on_status: StatusCallback = ignore, on_reco
                             timeout_hints=lambda: _timeout_hints(plan))
         wait_for(members_wait, on_status=on_status, on_record=_failures_only(on_record))
         members_up = time.monotonic() - started_at
-        router = _Started(plan.router, *spawn(plan.router.plan, say=say, reap=reap))
+        router = _Started(plan.router, *spawn(plan.router.plan, say=say, reap=reap, guardian_pid=guardian_pid))
         started.append(router)
         say(f"{len(peers)} servers ready after {members_up:.1f} s; router started (log {plan.router.plan.log_path})")
         router_wait = Wait(
@@ -166,7 +168,8 @@ def launch_fleet(plan: FleetPlan, *, on_status: StatusCallback = ignore, on_reco
     record = replace(record, startup_seconds=total, elapsed=total,
                      phases={"router": members_up, "ready": total})
     on_record(record)
-    members = {s.member.name: _member_handle(s, peer, say) for s, peer in zip(started, [*peers, None], strict=True)}
+    members = {s.member.name: _member_handle(s, peer, say, keep)
+               for s, peer in zip(started, [*peers, None], strict=True)}
     return ServerHandle(record, FleetLiveness(profile.name, members), api_key=profile.api_key, members=members)
 
 
@@ -179,7 +182,7 @@ def _peer(started: _Started) -> Peer:
                 command=plan.argv)
 
 
-def _member_handle(started: _Started, peer: Peer | None, say: StatusCallback) -> MemberHandle:
+def _member_handle(started: _Started, peer: Peer | None, say: StatusCallback, keep: bool) -> MemberHandle:
     plan, process = started.member.plan, started.process
     up_at = peer.up_at if peer is not None and peer.up_at is not None else time.monotonic()
     record = StartupRecord(profile=plan.profile.name, kind=plan.kind.name, origin="launched", outcome="ready",
@@ -188,7 +191,7 @@ def _member_handle(started: _Started, peer: Peer | None, say: StatusCallback) ->
                            phases=dict(started.watcher.phases))
     liveness = LaunchedLiveness(profile=plan.profile.name, process=process, watcher=started.watcher,
                                 health=health_probe(plan, plan.base_url), log_path=plan.log_path, host=plan.host,
-                                port=plan.port, shutdown_grace=plan.profile.shutdown_grace, on_status=say)
+                                port=plan.port, shutdown_grace=plan.profile.shutdown_grace, keep=keep, on_status=say)
     return MemberHandle(record, liveness, api_key=plan.profile.api_key, name=started.member.name,
                         role=started.member.role)
 

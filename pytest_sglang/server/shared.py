@@ -30,9 +30,11 @@ from filelock import FileLock
 
 from pytest_sglang.errors import PluginError, ServerDiedError
 from pytest_sglang.exchange import ResultsExchange
+from pytest_sglang.launch.fleet import FleetPlan
 from pytest_sglang.launch.members import pid_alive
 from pytest_sglang.launch.plan import LaunchPlan, base_url
 from pytest_sglang.launch.release import kill_and_release
+from pytest_sglang.server.fleet import FleetLiveness, MemberHandle, launch_fleet
 from pytest_sglang.server.handle import LaunchedLiveness, ServerHandle, WatchedPidLiveness
 from pytest_sglang.server.origins import start_server
 from pytest_sglang.server.ready import RecordCallback, StatusCallback, health_probe
@@ -53,18 +55,38 @@ class SharedState:
     token: str = ""
     shutdown_grace: float = 30.0
     users: list[int] = field(default_factory=list)  # pids of the workers whose tests hold the server
+    members: list[SharedMember] = field(default_factory=list)  # a fleet's (pid and token above: its router's)
 
     def live_users(self) -> list[int]:
         return [pid for pid in self.users if pid_alive(pid)]
 
     def to_json(self) -> dict[str, Any]:
         return {"profile": self.profile, "status": self.status, "record": self.record.to_json(), "pid": self.pid,
-                "token": self.token, "shutdown_grace": self.shutdown_grace, "users": self.users}
+                "token": self.token, "shutdown_grace": self.shutdown_grace, "users": self.users,
+                "members": [m.to_json() for m in self.members]}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> SharedState:
         return cls(data["profile"], data["status"], StartupRecord.from_json(data["record"]), int(data["pid"]),
-                   str(data["token"]), float(data["shutdown_grace"]), [int(u) for u in data["users"]])
+                   str(data["token"]), float(data["shutdown_grace"]), [int(u) for u in data["users"]],
+                   [SharedMember.from_json(m) for m in data.get("members", [])])
+
+
+@dataclass(frozen=True)
+class SharedMember:
+    """One member of a shared fleet: what a joining worker watches, and what the controller stops."""
+
+    name: str
+    role: str
+    record: StartupRecord
+    token: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "role": self.role, "record": self.record.to_json(), "token": self.token}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> SharedMember:
+        return cls(str(data["name"]), str(data["role"]), StartupRecord.from_json(data["record"]), str(data["token"]))
 
 
 class SharedServers:
@@ -82,7 +104,8 @@ class SharedServers:
         folder.mkdir(parents=True, mode=0o700)
         return cls(folder, controller_pid=os.getpid(), concurrent_profiles=concurrent_profiles)
 
-    def open(self, plan: LaunchPlan, *, on_status: StatusCallback, on_record: RecordCallback) -> ServerHandle:
+    def open(self, plan: LaunchPlan | FleetPlan, *, on_status: StatusCallback,
+             on_record: RecordCallback) -> ServerHandle:
         """The profile's server for this worker: attach to it if another worker launched it, else launch it."""
         name = plan.profile.name
         last_note = time.monotonic()
@@ -128,8 +151,8 @@ class SharedServers:
                 state.users.remove(os.getpid())
                 self._save(state)
 
-    def _launch(self, plan: LaunchPlan, on_status: StatusCallback, on_record: RecordCallback) -> ServerHandle:
-        on_status(f"[sglang {plan.profile.name}] launching for every xdist worker: log {plan.log_path}")
+    def _launch(self, plan: LaunchPlan | FleetPlan, on_status: StatusCallback,
+                on_record: RecordCallback) -> ServerHandle:
         records: list[StartupRecord] = []
 
         def remember(record: StartupRecord) -> None:
@@ -137,18 +160,38 @@ class SharedServers:
             on_record(record)
 
         try:
-            server = start_server(plan, on_status=on_status, on_record=remember, keep=True,
-                                  guardian_pid=self.controller_pid)
+            if isinstance(plan, FleetPlan):
+                on_status(f"[sglang {plan.profile.name}] launching a fleet for every xdist worker")
+                fleet = launch_fleet(plan, on_status=on_status, on_record=remember, keep=True,
+                                     guardian_pid=self.controller_pid)
+            else:
+                on_status(f"[sglang {plan.profile.name}] launching for every xdist worker: log {plan.log_path}")
+                server = start_server(plan, on_status=on_status, on_record=remember, keep=True,
+                                      guardian_pid=self.controller_pid)
         except PluginError as exc:
             if records:
                 self._save(SharedState(plan.profile.name, "failed", records[-1]))
             raise exc from None
+        if isinstance(plan, FleetPlan):
+            return self._share_fleet(plan, fleet)
         process = server.liveness.process
         self._save(SharedState(plan.profile.name, "ready", server.record, process.pid, process.token,
                                plan.profile.shutdown_grace, [os.getpid()]))
         return server.handle(WorkerLiveness(self, server.liveness))
 
-    def _join(self, state: SharedState, plan: LaunchPlan, on_record: RecordCallback) -> ServerHandle:
+    def _share_fleet(self, plan: FleetPlan, fleet: ServerHandle) -> ServerHandle:
+        """The fleet this worker launched, written down for the others (each member's pid, log and token) and
+        for the controller, which stops every member."""
+        members = [SharedMember(name, getattr(m, "role", ""), m.record, _token(m)) for name, m in fleet.members.items()]
+        router = fleet.members["router"]
+        self._save(SharedState(plan.profile.name, "ready", fleet.record, router.pid or 0, _token(router),
+                               plan.profile.shutdown_grace, [os.getpid()], members))
+        liveness = fleet.liveness
+        assert isinstance(liveness, FleetLiveness)
+        return ServerHandle(fleet.record, WorkerLiveness(self, liveness), api_key=fleet.api_key,
+                            members=fleet.members)
+
+    def _join(self, state: SharedState, plan: LaunchPlan | FleetPlan, on_record: RecordCallback) -> ServerHandle:
         if state.status != "ready":
             on_record(state.record)
             raise PluginError(state.record.error or f"[sglang {state.profile}] the server failed to start on "
@@ -157,6 +200,8 @@ class SharedServers:
         self._save(state)
         record = state.record.joined()
         on_record(record)
+        if isinstance(plan, FleetPlan):
+            return self._join_fleet(state, plan, record)
         watcher = LogWatcher(plan.kind, ready_pattern=plan.ready_pattern, started_at=time.monotonic(),
                              tail=LogTail(record.log_path)) if record.log_path else None
         health = health_probe(plan, base_url(record.host, record.port))
@@ -182,9 +227,28 @@ class SharedServers:
             return []
         return [s for s in self._states() if s.profile != profile and s.status == "ready"]
 
+    def _join_fleet(self, state: SharedState, plan: FleetPlan, record: StartupRecord) -> ServerHandle:
+        """Another worker's fleet: each member watched by its pid and log, as a joined server is."""
+        planned = {m.name: m for m in plan.members}
+        members: dict[str, MemberHandle] = {}
+        for shared in state.members:
+            mplan = planned[shared.name].plan
+            watcher = LogWatcher(mplan.kind, ready_pattern=mplan.ready_pattern, started_at=time.monotonic(),
+                                 tail=LogTail(shared.record.log_path)) if shared.record.log_path else None
+            liveness = WatchedPidLiveness(shared.record.profile, shared.record.pid or 0, shared.record.log_path,
+                                          watcher, health_probe(mplan, base_url(shared.record.host,
+                                                                                shared.record.port)),
+                                          hint="every later test that uses this fleet fails with this same error")
+            members[shared.name] = MemberHandle(shared.record, liveness, api_key=mplan.profile.api_key,
+                                                name=shared.name, role=shared.role)
+        fleet = FleetLiveness(state.profile, members)
+        return ServerHandle(record, WorkerLiveness(self, fleet), api_key=plan.profile.api_key, members=members)
+
     def _stop(self, state: SharedState) -> None:
-        kill_and_release(state.pid, state.token, grace=state.shutdown_grace, profile=state.profile,
-                         host=state.record.host, port=state.record.port)
+        for member in state.members or [SharedMember("", "", state.record, state.token)]:
+            pid = member.record.pid if state.members else state.pid
+            kill_and_release(pid or 0, member.token, grace=state.shutdown_grace, profile=member.record.profile,
+                             host=member.record.host, port=member.record.port)
         self._path(state.profile).unlink(missing_ok=True)
 
     @contextlib.contextmanager
@@ -219,7 +283,7 @@ class WorkerLiveness:
     """Any liveness, as one worker of an xdist run sees it: closing releases it; the controller stops it."""
 
     servers: SharedServers
-    inner: LaunchedLiveness | WatchedPidLiveness
+    inner: LaunchedLiveness | WatchedPidLiveness | FleetLiveness
 
     def death(self) -> ServerDiedError | None:
         return self.inner.death()
@@ -234,3 +298,8 @@ class WorkerLiveness:
         profile = self.inner.profile
         self.servers.release(profile)
 
+
+def _token(member: ServerHandle) -> str:
+    """The owner token of a member this worker launched (what the controller's stop finds its tree by)."""
+    process = getattr(member.liveness, "process", None)
+    return str(getattr(process, "token", ""))

@@ -46,14 +46,10 @@ def server_source(profile: Profile | None, asked: Asked) -> Source:
         return "url"
     assert profile is not None
     if profile.topology is not None:
-        if asked.xdist:
-            raise PluginError(f"[sglang {name}] profile {name!r} is a fleet (a router and its servers), and fleets "
-                              "are not shared by pytest-xdist workers yet: each worker would launch its own. Run "
-                              "its tests with -n 0.")
         if asked.reuse:
             raise PluginError(f"[sglang {name}] --sglang-reuse: profile {name!r} is a fleet, and fleets are not kept "
                               "across runs yet: drop --sglang-reuse for it (each run launches it anew).")
-        return "fleet"
+        return "xdist" if asked.xdist else "fleet"
     remote = ("runs through SLURM" if profile.slurm else f"runs on {profile.ssh} over ssh" if profile.ssh else None)
     if remote is not None:
         if asked.xdist:
@@ -104,6 +100,10 @@ def open_server(profile: Profile | None, asked: Asked, origins: Origins, *, name
         from pytest_sglang.server.fleet import launch_fleet
 
         return launch_fleet(origins.plan_fleet(profile), **callbacks)
+    if source == "xdist":
+        assert origins.shared is not None
+        return origins.shared.open(origins.plan_fleet(profile) if profile.topology else origins.plan(profile),
+                                   **callbacks)
     plan = origins.plan(profile)
     if source == "slurm":
         from pytest_sglang.server.slurm import launch_slurm_server
@@ -114,9 +114,7 @@ def open_server(profile: Profile | None, asked: Asked, origins: Origins, *, name
 
         origins.on_status(f"[sglang {name}] launching on {plan.profile.ssh} over ssh: log copied to {plan.log_path}")
         return launch_remote_server(plan, **callbacks)
-    if source == "xdist":
-        assert origins.shared is not None
-        return origins.shared.open(plan, **callbacks)
+
     if source == "reuse":
         handle = KeptServers(origins.rootdir).open(plan, **callbacks)
         origins.on_kept(f"{name}: pid {handle.pid} on port {handle.port}")

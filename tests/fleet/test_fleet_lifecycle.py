@@ -150,6 +150,32 @@ def test_a_member_killed_in_the_last_test_fails_the_run_at_teardown(pytester: py
     assert not wait_for_no_processes(mark, timeout=20)
 
 
+XDIST_TESTS = """
+import os, requests
+
+def test_through_the_router_{i}(sglang_server):
+    assert list(sglang_server.members) == ["worker0", "worker1", "router"]
+    assert [m.role for m in sglang_server.members.values()] == ["worker", "worker", "router"]
+    r = requests.post(sglang_server.url("/generate"), json={{"text": "hi", "sampling_params": {{"max_new_tokens": 4}}}})
+    assert r.status_code == 200, r.text
+    with open(os.environ["SEEN"], "a") as fh:
+        fh.write(f"{{os.getpid()}} {{sglang_server.members['router'].pid}}\\n")
+"""
+
+
+def test_xdist_workers_share_one_fleet(pytester: pytest.Pytester, mark: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    seen = pytester.path / "seen.txt"
+    monkeypatch.setenv("SEEN", str(seen))
+    pytester.makefile(".toml", pyproject=fleet_toml("f", mark, DP))
+    pytester.makepyfile(**{f"test_part{i}": XDIST_TESTS.format(i=i) for i in range(4)})
+    result = run(pytester, "-n", "2", "--sglang-profile=f")
+    result.assert_outcomes(passed=4)
+    assert result.stdout.str().count("launching a fleet for every xdist worker") == 1, result.stdout.str()
+    lines = [line.split() for line in seen.read_text().splitlines()]
+    assert len({worker for worker, _ in lines}) == 2 and len({router for _, router in lines}) == 1, lines
+    assert not wait_for_no_processes(mark, timeout=20)
+
+
 def _pytest_during_a_long_fleet_startup(pytester: pytest.Pytester, mark: str) -> subprocess.Popen[str]:
     pytester.makefile(".toml", pyproject=fleet_toml("f", mark, DP, sim="startup_seconds = 600"))
     pytester.makepyfile(test_user=FIRST_AND_SECOND)
