@@ -318,14 +318,20 @@ def test_node_1_exits_its_own_status_srun_line_and_log_are_named(project: Projec
 
 
 def test_both_nodes_fail_both_are_named(project: Project) -> None:
-    project.write(profile("both", project.mark).replace('["--tp", "2"]', '["--tp", "0"]'), PASSING)
-    out, _ = project.run("both")
+    """Both nodes fail of themselves: node 0 logs its error at once and hangs, node 1 logs its own and exits 1 a
+    moment later; srun then stops node 0. Each log has its own root cause, so both are named (not a race of
+    two exits, which srun's --kill-on-bad-exit decides)."""
+    command = ["bash", "-c", 'echo "RuntimeError: NCCL error on node $1" >&2; if [ "$1" = 1 ]; then sleep 2; '
+               'exit 1; fi; exec sleep 300', "task", "{node_rank}"]
+    project.write(f"[tool.pytest_sglang.profiles.both]\nkind = \"generic\"\ncommand = {json.dumps(command)}\n"
+                  f"slurm = {{ nodes = 2 }}\nenv = {{ TEST_MARK = \"{project.mark}\" }}\nstall_timeout = 60\n",
+                  PASSING)
+    out, _ = project.run("both", sim=False)
     first = _first_line(out, "both")
     assert "node 1 (node2)" in first and "node 0 (node1)" in first and "exited during startup" in first, out
-    assert "argument --tp-size/--tp: invalid value: 0" in first, out
-    assert "srun: error: node2: task 1: Exited with exit code 2" in out, out
-    assert "srun: error: node1: task 0: Exited with exit code 2" in out, out
-    _assert_nothing_left(project, "both nodes exit 2 (error after)", _elapsed(out))
+    assert "RuntimeError: NCCL error on node" in first, out
+    assert "srun: error: node2: task 1: Exited with exit code 1" in out, out
+    _assert_nothing_left(project, "both nodes fail (error after)", _elapsed(out))
 
 
 def test_node_exit_status_is_its_own_not_sruns(project: Project) -> None:
