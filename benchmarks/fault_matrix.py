@@ -42,7 +42,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 
@@ -50,6 +50,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 
 from helpers import FakeGpu, marked_processes, profile_toml, wait_for_no_processes  # noqa: E402
+from inner_pytest import Run, follow  # noqa: E402
 
 DOC = REPO / "docs" / "reliability.md"
 LEFT_WAIT_S = 15.0
@@ -132,25 +133,6 @@ def test_ready(sglang_server):
 
 
 @dataclass
-class Run:
-    """One inner pytest run: its output lines with the monotonic time each arrived, and its exit status."""
-
-    started: float
-    lines: list[tuple[float, str]] = field(default_factory=list)
-    returncode: int | None = None
-    ended: float | None = None
-    reader: threading.Thread | None = field(default=None, repr=False)
-
-    @property
-    def text(self) -> str:
-        return "\n".join(line for _, line in self.lines)
-
-    def first(self, pattern: str) -> tuple[float, str] | None:
-        rx = re.compile(pattern)
-        return next(((t, line) for t, line in self.lines if rx.search(line)), None)
-
-
-@dataclass
 class Outcome:
     sees: str
     seconds: float | None
@@ -210,16 +192,7 @@ class Ctx:
         proc = subprocess.Popen([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-v", "-s", "-rEf", *args],
                                 cwd=self.path, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 text=True, errors="replace")
-        run = Run(started=time.monotonic())
-
-        def read() -> None:
-            assert proc.stdout is not None
-            for line in proc.stdout:
-                run.lines.append((time.monotonic(), line.rstrip("\n")))
-
-        run.reader = threading.Thread(target=read, daemon=True)
-        run.reader.start()
-        return proc, run
+        return proc, follow(proc)
 
     def finish(self, proc: subprocess.Popen[str], run: Run, timeout: float = 150) -> Run:
         try:

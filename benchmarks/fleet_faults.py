@@ -66,6 +66,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 
 from helpers import marked_processes, profile_toml  # noqa: E402
+from inner_pytest import Run, follow  # noqa: E402
 
 DOC = REPO / "docs" / "fleet-faults.md"
 RUNS = REPO / "benchmarks" / "results-fleet-faults" / "runs.json"  # what --render reads
@@ -89,30 +90,6 @@ FLEETS = {
 
 
 # -- one inner pytest run ---------------------------------------------------------------------------------------
-
-@dataclass
-class Run:
-    """One inner pytest run: its output lines with the monotonic time each arrived, and its exit."""
-
-    started: float
-    lines: list[tuple[float, str]] = field(default_factory=list)
-    returncode: int | None = None
-    ended: float | None = None
-    reader: threading.Thread | None = field(default=None, repr=False)
-
-    @property
-    def text(self) -> str:
-        return "\n".join(line for _, line in self.lines)
-
-    def first(self, pattern: str) -> tuple[float, str] | None:
-        rx = re.compile(pattern)
-        return next(((t, line) for t, line in list(self.lines) if rx.search(line)), None)
-
-    def marker(self, name: str) -> float | None:
-        """The monotonic time an inner test printed after NAME (e.g. KILLED-AT 12345.6)."""
-        hit = self.first(rf"{name} \d")
-        return float(hit[1].split(name, 1)[1].split()[0]) if hit else None
-
 
 class LogWatch:
     """When a line matching `pattern` first appears in a member's log: the fault's moment (polled every 10 ms)."""
@@ -166,16 +143,7 @@ class Project:
         proc = subprocess.Popen(cmd, cwd=self.path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 text=True, errors="replace", start_new_session=True,
                                 preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-        run = Run(started=time.monotonic())
-
-        def read() -> None:
-            assert proc.stdout is not None
-            for line in proc.stdout:
-                run.lines.append((time.monotonic(), line.rstrip("\n")))
-
-        run.reader = threading.Thread(target=read, daemon=True)
-        run.reader.start()
-        return proc, run
+        return proc, follow(proc)
 
     def finish(self, proc: subprocess.Popen[str], run: Run, timeout: float = 180) -> Run:
         try:
