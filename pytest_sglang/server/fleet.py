@@ -46,15 +46,9 @@ class RouterReadiness(Probe):
         super().__init__(base_url, (READINESS_PATH, "/health"), headers)
         self.expected = expected
 
-    def ok(self, timeout: float = 2.0) -> bool:
+    def _judge(self, response: requests.Response) -> bool:
         if self.path != READINESS_PATH:
-            return super().ok(timeout)
-        try:
-            response = requests.get(self.url, headers=self.headers, timeout=timeout)
-        except requests.RequestException:
-            return super().ok(timeout)  # says why, as any probe does
-        if response.status_code in (401, 404):
-            return super().ok(timeout)  # moves on to /health
+            return super()._judge(response)
         healthy = _healthy_count(response)
         if response.status_code == 200 and (healthy is None or healthy >= self.expected):
             self._got("HTTP 200", 200)

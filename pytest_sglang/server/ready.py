@@ -115,18 +115,24 @@ class Probe:
         try:
             # A connection per ask: a kept-alive one outlives the probe (nothing owns its end), and through an
             # ssh forward it held the tunnel's teardown open on a server already gone.
-            status = requests.get(self.url, headers=self.headers, timeout=timeout).status_code
+            response = requests.get(self.url, headers=self.headers, timeout=timeout)
         except requests.ConnectionError:
             self._got("connection refused", None)
             return False
         except requests.RequestException as exc:
             self._got(f"{type(exc).__name__}", None)
             return False
-        self._got(f"HTTP {status}", status)
-        if status in (401, 404) and len(self._paths) > 1:
+        if response.status_code in (401, 404) and len(self._paths) > 1:
+            self._got(f"HTTP {response.status_code}", response.status_code)
             self._paths.pop(0)
             return self.ok(timeout)
-        return status == 200
+        return self._judge(response)
+
+    def _judge(self, response: requests.Response) -> bool:
+        """Whether this answer of the current path means up, noted as what the probe got last (a probe that asks
+        more of the answer than its status says so here)."""
+        self._got(f"HTTP {response.status_code}", response.status_code)
+        return response.status_code == 200
 
     def _got(self, answer: str, status: int | None) -> None:
         if answer != self.last or self._same_since is None:
