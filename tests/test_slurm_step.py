@@ -104,3 +104,55 @@ def test_srun_task_ends_give_each_nodes_own_status_and_whether_it_failed_of_itse
             "srun: error: node1: task 0: Exited with exit code 2"]
     assert [(e.rank, e.code, e.after_stop) for e in task_ends(both)] == [(1, 2, False), (0, 2, True)]
     assert [(e.rank, e.code) for e in task_ends(["srun: error: node[1-2]: tasks 0-1: Killed"])] == [(0, -9), (1, -9)]
+
+
+class ExitedSrun:
+    """srun that has already exited with ``code``: its tasks ran and ended, or SLURM refused it."""
+
+    def __init__(self, code: int) -> None:
+        self.code = code
+
+    def poll(self) -> int | None:
+        return self.code
+
+
+def _cluster_that_lists(row: str, monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
+    """squeue lists the job only with --states=all (it has ended); scontrol knows node1 and node2."""
+    calls: list[list[str]] = []
+
+    def run(argv: list[str], **_: object) -> subprocess.CompletedProcess[str]:
+        calls.append(list(argv))
+        if argv[0] == "squeue":
+            return subprocess.CompletedProcess(argv, 0, row if "--states=all" in argv else "", "")
+        if argv[1:3] == ["show", "hostnames"]:
+            return subprocess.CompletedProcess(argv, 0, "node1\nnode2\n", "")
+        return subprocess.CompletedProcess(argv, 0, f"NodeName={argv[-1]} NodeAddr=127.0.0.1 State=IDLE", "")
+
+    monkeypatch.setattr(slurm.subprocess, "run", run)
+    return calls
+
+
+def test_a_step_whose_tasks_all_ended_between_two_looks_is_allocated_not_refused(step, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A node that fails at once can end the whole step before squeue is first asked (CI saw it: node 1 exited 1
+    and srun's --kill-on-bad-exit ended node 0 within one poll): the job did run on its nodes, so the startup
+    goes on to name the failing node from srun's log, instead of saying SLURM refused the job."""
+    s, _, _ = step
+    fresh = SlurmStep(s.splan)
+    fresh.srun = ExitedSrun(137)  # type: ignore[assignment]
+    calls = _cluster_that_lists("7|FAILED|node[1-2]|NonZeroExitCode\n", monkeypatch)
+    fresh._wait_allocated()
+    assert fresh.job_id == "7" and [n.label for n in fresh.nodes] == ["node 0 (node1)", "node 1 (node2)"]
+    assert ["scontrol", "show", "hostnames", "node[1-2]"] in calls
+
+
+def test_srun_that_exits_with_no_job_listed_is_a_refusal_naming_srun(step, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    s, _, _ = step
+    s.splan.srun_log.write_text("srun: error: Unable to allocate resources: Requested node configuration is not "
+                                "available\n")
+    fresh = SlurmStep(s.splan)
+    fresh.srun = ExitedSrun(1)  # type: ignore[assignment]
+    _cluster_that_lists("", monkeypatch)
+    with pytest.raises(slurm.SlurmError, match=r"srun exited with code 1 before its tasks started: srun: error: "
+                                                r"Unable to allocate resources: Requested node configuration"):
+        fresh._wait_allocated()
+    assert fresh.nodes == []

@@ -306,6 +306,12 @@ class SlurmStep:
         while True:
             code = self.srun.poll()
             if code is not None:
+                ran = self._queue_row(states="all")
+                if ran is not None and ran[1] != "PENDING" and ran[2] not in ("", "(null)", "n/a"):
+                    # Its tasks ran and all ended between two looks (a node that fails at once): how each
+                    # ended is the startup's to tell, from srun's log and each node's, not a refusal.
+                    self.job_id, self.nodes = ran[0], nodes_of(ran[2], spec.nodes)
+                    return
                 raise self._refused(f"srun exited with code {code} before its tasks started")
             row = self._queue_row()
             if row is not None and row[1] == "RUNNING":
@@ -334,10 +340,12 @@ class SlurmStep:
             "Try: `sinfo -N` shows the nodes and partitions there are; ask for no more nodes, GPUs or time than a "
             "partition has (slurm = { nodes, gpus_per_node, partition, time, args })")
 
-    def _queue_row(self) -> tuple[str, str, str, str] | None:
-        """(job id, state, node list, reason) of the job srun made, or None while SLURM does not list it."""
+    def _queue_row(self, states: str = "") -> tuple[str, str, str, str] | None:
+        """(job id, state, node list, reason) of the job srun made, or None while SLURM does not list it;
+        ``states="all"`` finds it too once it has ended (SLURM keeps an ended job listed for MinJobAge)."""
         with contextlib.suppress(SlurmError):
-            out = _run(["squeue", "-h", f"--name={self.splan.job_name}", "-o", "%i|%T|%N|%r"])
+            out = _run(["squeue", "-h", f"--name={self.splan.job_name}", "-o", "%i|%T|%N|%r",
+                        *([f"--states={states}"] if states else [])])
             for line in out.splitlines():
                 parts = line.strip().split("|")
                 if len(parts) == 4:
