@@ -100,12 +100,13 @@ def test_a_run_whose_server_tests_would_all_skip_says_so_or_stops(pytester: pyte
     assert _run(pytester, "--sglang-profile=p", "--sglang-sim").ret == 0
 
 
-FOUR_MISTAKES = """
+FIVE_MISTAKES = """
 [tool.pytest_sglang.profiles.a]
 modle = "m"
 startup_timeout = -1
 [tool.pytest_sglang.profiles.b]
 extends = "nope"
+stall_timout = 5
 [tool.pytest_sglang.profiles.c]
 port = 70000
 """
@@ -113,13 +114,14 @@ port = 70000
 
 def test_every_profile_mistake_is_told_in_one_run_and_an_unselected_one_blocks_nothing(
         pytester: pytest.Pytester, mark: str) -> None:
-    pytester.makefile(".toml", pyproject=FOUR_MISTAKES + profile_toml("good", mark))
+    pytester.makefile(".toml", pyproject=FIVE_MISTAKES + profile_toml("good", mark))
     pytester.makepyfile(test_user=SERVER_TEST)
     result = _run(pytester, "--sglang-profile=a", "--sglang-sim")
-    _refused(result, "*pyproject.toml: 4 mistakes in 3 profiles:*")
+    _refused(result, "*pyproject.toml: 5 mistakes in 3 profiles:*")
     text = " ".join(result.stderr.str().split())
     for needle in ("profile 'a', key 'modle': unknown key. Did you mean 'model'?", "key 'startup_timeout'",
-                   "extends unknown profile 'nope'", "profile 'c', key 'port'"):
+                   "extends unknown profile 'nope'", "profile 'b', key 'stall_timout': unknown key",
+                   "profile 'c', key 'port'"):
         assert needle in text
     fine = _run(pytester, "--sglang-profile=good", "--sglang-sim")
     fine.assert_outcomes(passed=1)

@@ -251,12 +251,15 @@ class _Loader:
         merged: dict[str, Any] = {}
         parent = table.get("extends")
         if parent is not None:
-            if parent not in self.raw:
+            if parent not in self.raw:  # nothing to build on: the key mistakes found so far are told with it
                 known = ", ".join(sorted(self.raw))
-                raise ProfileError(
-                    f"{self.where(name, 'extends')}: extends unknown profile {parent!r}. Known profiles: {known}."
-                )
-            parent_profile = self.resolve(parent, (*chain, name))
+                raise ProfileError("\n  - ".join([
+                    *problems,
+                    f"{self.where(name, 'extends')}: extends unknown profile {parent!r}. Known profiles: {known}."]))
+            try:
+                parent_profile = self.resolve(parent, (*chain, name))
+            except ProfileError as exc:
+                raise ProfileError("\n  - ".join([*problems, str(exc)])) from None
             merged = _as_raw(parent_profile)
             for key, message in parent_profile.unset.items():
                 if key not in table or PROFILE_KEYS[key].merge != "replace":
