@@ -33,7 +33,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from pytest_sglang.baseline.engine import compare_ab  # noqa: E402
-from pytest_sglang.baseline.stats import SessionSpread  # noqa: E402
+from pytest_sglang.stats.inference import SessionSpread  # noqa: E402
 
 BASE_TOK_S = 400.0
 SECTION = "## Instance noise: A/A-calibrated A/B"

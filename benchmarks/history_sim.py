@@ -1,5 +1,5 @@
 """Change-point detection over a history of runs on the simulator: does the E-divisive search
-(pytest_sglang/history/changepoints.py) find a step of a few per cent among drifting sessions, place it right,
+(pytest_sglang/stats/changepoints.py) find a step of a few per cent among drifting sessions, place it right,
 and keep quiet through unchanged ones?
 
 A series is RUNS sessions (pytest runs) of one simulated profile with ``session_drift`` (each session a speed
@@ -43,8 +43,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from pytest_sglang.history.changepoints import MIN_SEGMENT, PERMUTATIONS, SIGNIFICANCE, find_change_points
 from pytest_sglang.sim.drift import lognormal_factor, session_factor
+from pytest_sglang.stats.changepoints import MIN_SEGMENT, PERMUTATIONS, SIGNIFICANCE, find_change_points
 
 RUNS = 35
 STEP_AT = 21  # 1-based: the first run after the step

@@ -1,5 +1,5 @@
 """MongoDB's own E-divisive (signal-processing-algorithms) on the Monte Carlo series of history_sim.py, to see
-whether a library would find more than pytest_sglang/history/changepoints.py. That package installs on Python
+whether a library would find more than pytest_sglang/stats/changepoints.py. That package installs on Python
 3.11 only, with numpy<2 and scipy, so it runs in a throwaway environment, never the project's:
 
     python3.11 -m venv /tmp/spa && /tmp/spa/bin/pip install signal-processing-algorithms==2.1.6

@@ -17,7 +17,7 @@ tok/s: ``run_bench`` on one simulator (with --enable-metrics, so the scraper has
 gets), ``--blocks`` blocks of A B B A / B A A B alternately, one round each; each block's first two runs and
 last two are a pair. The ratio B/A is judged by the plugin's own paired engine (baseline/engine.py's
 ``judge_paired``: the median of the paired ratios, its Hodges-Lehmann interval and the signed-rank p-value,
-baseline/stats.py). One client process (``client_processes=1``), so the sampler shares the client's process as
+stats/inference.py). One client process (``client_processes=1``), so the sampler shares the client's process as
 it does in a test. Under 90 s with the defaults on a 16-core host.
 """
 
@@ -49,7 +49,7 @@ from pytest_sglang.baseline.engine import judge_paired  # noqa: E402
 from pytest_sglang.bench import run_bench  # noqa: E402
 from pytest_sglang.bench.telemetry import Telemetry, open_gpus  # noqa: E402
 from pytest_sglang.envknobs import GPU_QUERY_ENV  # noqa: E402
-from pytest_sglang.launch.gpus import GpuReader  # noqa: E402
+from pytest_sglang.machine.gpus import GpuReader  # noqa: E402
 
 sys.path.insert(0, str(REPO / "benchmarks"))
 from client_ceiling import exit_on_signal, start_sim, stop_sims  # noqa: E402

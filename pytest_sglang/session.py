@@ -13,8 +13,8 @@ from pytest_sglang.errors import ProfileComparisonError, ResultNotFoundError
 
 if TYPE_CHECKING:
     from pytest_sglang.baseline import Comparison
+    from pytest_sglang.baseline.ab import ABResult
     from pytest_sglang.bench import BenchResult
-    from pytest_sglang.bench.ab import ABResult
     from pytest_sglang.bench.outputs import OutputSet
     from pytest_sglang.server.record import StartupRecord
 

@@ -24,9 +24,9 @@ from helpers import FakeGpu, dead_pid, die_with_pytest, profile_toml
 
 from pytest_sglang.errors import PortInUseError, ResourcesHeldWarning
 from pytest_sglang.launch import release
-from pytest_sglang.launch.gpus import GpuUse, gpu_processes
 from pytest_sglang.launch.process import OWNER_ENV, ServerProcess, kill_tree
 from pytest_sglang.launch.release import stop_and_release, wait_for_dying_holder, wait_released
+from pytest_sglang.machine.gpus import GpuUse, gpu_processes
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -3,7 +3,7 @@ the A/A instance noise and the job-to-job and instance-to-instance spread of eac
 slowdowns (what was injected, what the A/B measured, the verdict of the README's default check and what the same
 rounds give at tighter tolerances), the 160M recipe's verdicts (each A/A run also judged against the other
 four, offline), and what a short history of runs would find, by simulation with the change-point detector the
-plugin uses (pytest_sglang/history/changepoints.py) beside the power formula of engine/power.py.
+plugin uses (pytest_sglang/stats/changepoints.py) beside the power formula of engine/power.py.
 
     python benchmarks/gpu_h200/gb_study.py [--seeds 100] OUT.json
 
@@ -28,7 +28,7 @@ sys.path.insert(0, str(REPO))
 
 from pytest_sglang.baseline.engine import compare_ab  # noqa: E402
 from pytest_sglang.baseline.engine.power import detectable_pct, history_se  # noqa: E402
-from pytest_sglang.history.changepoints import find_change_points  # noqa: E402
+from pytest_sglang.stats.changepoints import find_change_points  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 METRIC = "output_throughput"

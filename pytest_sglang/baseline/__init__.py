@@ -3,12 +3,12 @@
 One module per job:
 
 * ``directions``: which way is better for each metric (``direction``), its unit and format, ``Tolerance``;
-* ``engine``: the one comparison engine, a module per rule (``judge``: a figure or the samples of rounds
-  against a reference, with a tolerance or a margin, significance before failure; ``judge_sessions``; the
-  A/B rules behind ``compare_ab``), used by the baseline checks, by profile comparisons (``compare_profiles``)
-  and by A/B checks;
-* ``stats``: the Mann-Whitney U test (exact for small samples) and the bootstrap interval, in pure Python;
-* ``machine``: the machine fingerprint that selects a baseline (``detect_machine``), ``git_commit``;
+* ``engine``: the one comparison engine, a module per rule over ``pytest_sglang.stats`` (``judge``: a
+  figure or the samples of rounds against a reference, with a tolerance or a margin, significance before
+  failure; ``judge_sessions``; the A/B rules behind ``compare_ab``), used by the baseline checks, by profile
+  comparisons (``compare_profiles``) and by A/B checks;
+* ``ab``: two profiles' rounds of one workload, in an order that lets the host's drift cancel, and their
+  verdict (``ABResult``);
 * ``store``: the baseline file (``BaselineStore``, ``Entry``, ``validate``), locked and replaced atomically;
 * ``checks``: ``compare()`` of a result with its baseline (``Check``, ``Comparison``), ``gate_of`` (passed,
   regressed, not-judged) and the session's ``BaselineChecker``.
@@ -41,9 +41,9 @@ from pytest_sglang.baseline.engine import (
     metric_samples,
     metric_value,
 )
-from pytest_sglang.baseline.machine import Machine, detect_machine, git_commit
 from pytest_sglang.baseline.store import DEFAULT_FILENAME, FORMAT, VERSION, BaselineStore, Entry, validate
 from pytest_sglang.envknobs import MACHINE_ENV
+from pytest_sglang.machine.facts import Machine, detect_machine, git_commit
 
 __all__ = [
     "DEFAULT_CONFIDENCE",

@@ -35,9 +35,9 @@ from pytest_sglang.baseline.engine import (
     metric_value,
 )
 from pytest_sglang.baseline.engine.series import PastRun, judge_series
-from pytest_sglang.baseline.machine import Machine, detect_machine
 from pytest_sglang.baseline.store import BaselineStore, Entry
 from pytest_sglang.errors import BaselineError
+from pytest_sglang.machine.facts import Machine, detect_machine
 
 CheckStatus = Literal["ok", "regressed", "improved", "not-judged", "no-baseline", "missing"]
 Gate = Literal["passed", "regressed", "not-judged", "recorded"]

@@ -71,9 +71,9 @@ from typing import Any
 from filelock import FileLock, Timeout
 
 from pytest_sglang.baseline.directions import direction
-from pytest_sglang.baseline.machine import Machine
 from pytest_sglang.bench.metrics import Spread
 from pytest_sglang.errors import BaselineError
+from pytest_sglang.machine.facts import Machine
 
 FORMAT = "pytest-sglang-baselines"
 VERSION = 3

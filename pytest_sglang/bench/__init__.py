@@ -14,7 +14,6 @@ a server and returns a :class:`BenchResult`. One module per job:
 * ``vocab``: which token ids the model has, learned before any id is sent;
 * ``selfcheck``: is the client the bottleneck of this round; ``server_metrics``: the server's /metrics as a witness;
 * ``outputs``: greedy outputs of a fixed prompt set, compared across profiles;
-* ``ab``: two profiles' rounds of one workload, in an order that lets the host's drift cancel;
 * ``slo``: ``meets_slo`` and ``check_slo``: per-request limits, for goodput;
 * ``runner``: ``run_bench`` (warmup, rounds, concurrency, Poisson arrivals) and ``expected_throughput``;
 * ``telemetry``: the server's GPUs (NVML or nvidia-smi, here or on its ssh host) and its /metrics gauges

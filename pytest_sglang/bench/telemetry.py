@@ -1,14 +1,14 @@
 """What the server's GPUs and its own gauges did during each benchmark round, and the figures drawn from it.
 
 During every measured round (the warmup excluded) two background threads sample: the GPUs the server uses at
-about :data:`GPU_INTERVAL_S` (utilisation, memory used, power, SM clock, temperature: launch/gpus.py's
-:class:`~pytest_sglang.launch.gpus.GpuReader`, NVML or nvidia-smi), and the server's ``/metrics`` gauges at
+about :data:`GPU_INTERVAL_S` (utilisation, memory used, power, SM clock, temperature: machine/gpus.py's
+:class:`~pytest_sglang.machine.gpus.GpuReader`, NVML or nvidia-smi), and the server's ``/metrics`` gauges at
 about :data:`SERVER_INTERVAL_S` (requests running and queued, KV-cache usage, generation throughput:
 server_metrics.GAUGES). Each thread is started when a round starts and joined when it ends, so none outlives
 its round; :data:`MAX_ROUND_S` bounds one that is never told to stop.
 
 The server's GPUs: those its process tree holds memory on (the driver's process list), else its
-``CUDA_VISIBLE_DEVICES``, else every GPU (launch/gpus.py's ``pick_gpus``). A :class:`GpuSource` reads them: the
+``CUDA_VISIBLE_DEVICES``, else every GPU (machine/gpus.py's ``pick_gpus``). A :class:`GpuSource` reads them: the
 server's own machine decides which, :func:`open_gpus`: this one (:class:`LocalGpus`), or its ssh host through
 the agent (launch/remote_gpus.py's ``HostGpus``: the readings taken there, their times mapped onto this
 machine's clock). A server elsewhere that is neither (another machine's URL, SLURM nodes) is not sampled; its
@@ -51,9 +51,9 @@ from pytest_sglang.bench.client import Client
 from pytest_sglang.bench.server_metrics import scrape
 from pytest_sglang.envknobs import GPU_QUERY_ENV, env_knobs
 from pytest_sglang.errors import RemoteError
-from pytest_sglang.launch.gpus import SMI_TIMEOUT_SECONDS, GpuReader, GpuReading, gpu_processes, pick_gpus
 from pytest_sglang.launch.remote import RemoteServer
 from pytest_sglang.launch.remote_gpus import HostGpus
+from pytest_sglang.machine.gpus import SMI_TIMEOUT_SECONDS, GpuReader, GpuReading, gpu_processes, pick_gpus
 
 GPU_INTERVAL_S = 0.1
 SERVER_INTERVAL_S = 1 / 3

@@ -114,7 +114,7 @@ def steps_in(series: Series, detector: Detector | None = None, *, window: int | 
     """The steps of one series: each change point, with the medians of the segments on either side of it.
     ``window``: search only the series' most recent that many runs (default: changepoints.WINDOW)."""
     if detector is None:
-        from pytest_sglang.history.changepoints import find_change_points
+        from pytest_sglang.stats.changepoints import find_change_points
 
         detector = find_change_points if window is None else functools.partial(find_change_points, window=window)
     values = series.values

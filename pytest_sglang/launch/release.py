@@ -1,7 +1,7 @@
 """A stopped server lets go of its GPUs and its port, or the plugin says which pid still holds what.
 
 After a teardown, :func:`wait_released` waits (bounded) until none of the killed tree's pids holds GPU memory
-(launch/gpus.py; skipped where there is no GPU) and nothing of the tree listens on its port. A process can
+(machine/gpus.py; skipped where there is no GPU) and nothing of the tree listens on its port. A process can
 sit in the GPU driver's teardown for tens of seconds after SIGKILL (sglang#31281, #39545); the next server
 launched on that GPU would fail to allocate memory, far from the cause.
 
@@ -25,10 +25,10 @@ import psutil
 
 from pytest_sglang.envknobs import RELEASE_TIMEOUT_ENV, env_knobs
 from pytest_sglang.errors import PortInUseError, ResourcesHeldWarning
-from pytest_sglang.launch.gpus import gpu_processes
 from pytest_sglang.launch.members import TreeMembers, pid_alive
 from pytest_sglang.launch.ports import listeners, port_is_open
 from pytest_sglang.launch.process import OWNER_ENV, kill_tree, owned_processes
+from pytest_sglang.machine.gpus import gpu_processes
 
 RELEASE_TIMEOUT_SECONDS = 120.0
 POLL_SECONDS = 0.5

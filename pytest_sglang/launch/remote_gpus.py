@@ -31,9 +31,9 @@ from pathlib import Path
 from typing import IO, Any
 
 from pytest_sglang.errors import RemoteError
-from pytest_sglang.launch.gpus import SMI_TIMEOUT_SECONDS, GpuReading, pick_gpus
 from pytest_sglang.launch.remote import HANDSHAKE_SECONDS, RemoteServer, agent_input
 from pytest_sglang.launch.remote_agent import GPU_PROTOCOL
+from pytest_sglang.machine.gpus import SMI_TIMEOUT_SECONDS, GpuReading, pick_gpus
 
 SYNC_PINGS = 5
 REPLY_SECONDS = SMI_TIMEOUT_SECONDS + 5.0  # a reading's nvidia-smi call may take its whole timeout

@@ -24,8 +24,8 @@ OUTPUTS_SETTLE_SECONDS = 60.0
 
 if TYPE_CHECKING:
     from pytest_sglang.baseline import Comparison
+    from pytest_sglang.baseline.ab import ABResult
     from pytest_sglang.bench import BenchResult
-    from pytest_sglang.bench.ab import ABResult
     from pytest_sglang.bench.outputs import Output, OutputComparison
     from pytest_sglang.bench.sweep import BenchFixture
     from pytest_sglang.exchange import Published

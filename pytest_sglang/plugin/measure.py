@@ -12,9 +12,9 @@ from pytest_sglang.plugin.nodes import fail_with, strip_param
 
 if TYPE_CHECKING:
     from pytest_sglang.baseline import BaselineChecker, Comparison
+    from pytest_sglang.baseline.ab import ABResult
     from pytest_sglang.baseline.engine import ABComparison
     from pytest_sglang.bench import BenchResult
-    from pytest_sglang.bench.ab import ABResult
     from pytest_sglang.plugin.history import SessionHistory
     from pytest_sglang.plugin.settings import Settings
     from pytest_sglang.server import ServerHandle
@@ -40,7 +40,7 @@ class Measurements:
     def checker(self) -> BaselineChecker:
         if self._checker is None:
             from pytest_sglang.baseline import DEFAULT_FILENAME, BaselineChecker, BaselineStore
-            from pytest_sglang.baseline.machine import run_commit
+            from pytest_sglang.machine.facts import run_commit
 
             s = self.settings
             self._checker = BaselineChecker(
@@ -127,9 +127,9 @@ class Measurements:
                kwargs: dict[str, Any]) -> ABResult:
         """``sglang_ab(**workload, rounds=N, warmup=W)``: both profiles' rounds, interleaved with both servers
         alive (or bracketed, one at a time), recorded for the report; its ``check`` fails the test."""
+        from pytest_sglang.baseline.ab import run_bracketed, run_interleaved, workload_of
         from pytest_sglang.baseline.checks import gate_options
         from pytest_sglang.bench import run_bench
-        from pytest_sglang.bench.ab import run_bracketed, run_interleaved, workload_of
         from pytest_sglang.errors import BenchmarkFailedError, PluginError
         from pytest_sglang.report import ab_properties
 
@@ -183,8 +183,8 @@ class Measurements:
     def _instance_noise(self, result: ABResult, workload: dict[str, Any], server: ServerHandle) -> str:
         """Hand the A/B its recorded A/A runs (before this one is added); record this one if it is an A/A run
         under --sglang-update-baseline. Returns the workload's key (the history's too)."""
+        from pytest_sglang.baseline.ab import aa_log_ratios, noise_hint
         from pytest_sglang.baseline.store import workload_key
-        from pytest_sglang.bench.ab import aa_log_ratios, noise_hint
         from pytest_sglang.errors import BaselineError
 
         prints = [self.server_fingerprints.get(p) for p in (result.first, result.second)]

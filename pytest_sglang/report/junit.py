@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from pytest_sglang.baseline import Comparison, gate_of
+from pytest_sglang.baseline.ab import ABResult
 from pytest_sglang.bench import BenchResult
-from pytest_sglang.bench.ab import ABResult
 from pytest_sglang.bench.metrics import GPU_FIGURES, SERVER_FIGURES
 
 # The figures shown per benchmark in the tables and recorded as junitxml properties (where not None).

@@ -24,7 +24,7 @@ from pytest_sglang.server.record import StartupRecord
 from pytest_sglang.watch import LogWatcher
 
 if TYPE_CHECKING:
-    from pytest_sglang.baseline.machine import Machine
+    from pytest_sglang.machine.facts import Machine
 
 DYING_WAIT_SECONDS = 10.0  # after a crash is logged mid-session, how long a still-answering server may take to die
 FAILURE_GRACE_SECONDS = 0.5  # a server that failed gets little politeness: the error must not wait

@@ -11,7 +11,6 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from pytest_sglang.baseline.machine import Machine, name_machine, parse_gpus
 from pytest_sglang.envknobs import env_knobs
 from pytest_sglang.errors import (
     RemoteDiedError,
@@ -21,6 +20,7 @@ from pytest_sglang.errors import (
 )
 from pytest_sglang.launch.plan import LaunchPlan
 from pytest_sglang.launch.remote import HEARTBEAT_TIMEOUT, RemoteServer, plan_remote, run_agent
+from pytest_sglang.machine.facts import Machine, name_machine, parse_gpus
 from pytest_sglang.server.handle import FAILURE_GRACE_SECONDS, LaunchedLiveness, ServerHandle
 from pytest_sglang.server.origins import startup_wait
 from pytest_sglang.server.ready import RecordCallback, StatusCallback, health_probe, ignore, wait_for

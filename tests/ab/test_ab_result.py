@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from pytest_sglang.bench.ab import ABResult, balanced_order, run_bracketed, run_interleaved
+from pytest_sglang.baseline.ab import ABResult, balanced_order, run_bracketed, run_interleaved
 from pytest_sglang.errors import BenchmarkError
 
 

@@ -13,11 +13,11 @@ import pytest
 from helpers import profile_toml
 
 from pytest_sglang.baseline.engine import AA_RUNS_NEEDED, compare_ab
-from pytest_sglang.baseline.machine import Machine
 from pytest_sglang.baseline.store import SESSIONS_KEPT, BaselineStore, validate, workload_key
 from pytest_sglang.config import load_profiles
 from pytest_sglang.errors import BaselineError
 from pytest_sglang.launch.plan import plan_launch
+from pytest_sglang.machine.facts import Machine
 from pytest_sglang.sim.config import KnobError, load_knobs
 from pytest_sglang.sim.drift import instance_factor
 

@@ -8,7 +8,7 @@ import pytest
 
 from pytest_sglang.baseline.directions import Tolerance
 from pytest_sglang.baseline.engine import compare_ab, judge_bracketed, judge_paired
-from pytest_sglang.baseline.stats import hodges_lehmann_ci, signed_rank_min_p, signed_rank_p
+from pytest_sglang.stats.inference import hodges_lehmann_ci, signed_rank_min_p, signed_rank_p
 
 
 def with_positive_rank_sum(n: int, w: int) -> list[float]:

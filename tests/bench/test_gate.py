@@ -21,9 +21,9 @@ from pytest_sglang.baseline import (
     gate_of,
     judge,
 )
-from pytest_sglang.baseline.stats import EXACT_MAX_N, bootstrap_change_ci, min_p, rank_sum_p
 from pytest_sglang.bench import BenchResult, combine_rounds
 from pytest_sglang.errors import BaselineError
+from pytest_sglang.stats.inference import EXACT_MAX_N, bootstrap_change_ci, min_p, rank_sum_p
 
 M = Machine(name="cpu: test (2 cores)", server="sglang 0.5.2")
 T = "tests/test_perf.py::test_tp"

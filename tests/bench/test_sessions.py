@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from pytest_sglang.baseline.checks import Check, compare
-from pytest_sglang.baseline.machine import Machine
-from pytest_sglang.baseline.stats import SessionSpread, t_cdf, t_quantile
 from pytest_sglang.baseline.store import SESSIONS_KEPT, BaselineStore
 from pytest_sglang.errors import BaselineError
+from pytest_sglang.machine.facts import Machine
+from pytest_sglang.stats.inference import SessionSpread, t_cdf, t_quantile
 
 M = Machine(name="8x NVIDIA H200", driver="580.82", server="sglang 0.5.2")
 T = "tests/test_perf.py::test_throughput"

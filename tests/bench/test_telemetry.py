@@ -25,7 +25,7 @@ from pytest_sglang.bench import run_bench
 from pytest_sglang.bench.metrics import GPU_FIGURES, SERVER_FIGURES, BenchResult, combine_rounds
 from pytest_sglang.bench.server_metrics import snapshot
 from pytest_sglang.bench.telemetry import Telemetry, _gpu_figures, _integral, server_gpus
-from pytest_sglang.launch.gpus import GpuReader, GpuReading
+from pytest_sglang.machine.gpus import GpuReader, GpuReading
 
 from .simproc import run_sim
 

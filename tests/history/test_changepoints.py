@@ -1,4 +1,4 @@
-"""The change-point search (pytest_sglang/history/changepoints.py) on series made here from seeded noise."""
+"""The change-point search (pytest_sglang/stats/changepoints.py) on series made here from seeded noise."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import random
 import pytest
 
 from pytest_sglang.errors import SeriesError
-from pytest_sglang.history.changepoints import (
+from pytest_sglang.stats.changepoints import (
     MIN_SEGMENT,
     PERMUTATIONS,
     SIGNIFICANCE,

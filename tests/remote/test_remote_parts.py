@@ -16,11 +16,11 @@ from helpers import FakeGpu
 
 from pytest_sglang.config.profiles import load_profiles
 from pytest_sglang.errors import ProfileError
-from pytest_sglang.launch.gpus import GpuReading
 from pytest_sglang.launch.plan import plan_launch
 from pytest_sglang.launch.remote import BOOTSTRAP, agent_input, plan_remote
 from pytest_sglang.launch.remote_gpus import _readings
 from pytest_sglang.launch.ssh_errors import explain
+from pytest_sglang.machine.gpus import GpuReading
 
 
 def _profile(tmp_path: Path, body: str, name: str = "p"):  # type: ignore[no-untyped-def]

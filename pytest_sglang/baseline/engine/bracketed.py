@@ -20,7 +20,7 @@ from pytest_sglang.baseline.engine.verdict import (
     placement,
     positive_figures,
 )
-from pytest_sglang.baseline.stats import BOOTSTRAP_RESAMPLES
+from pytest_sglang.stats.inference import BOOTSTRAP_RESAMPLES
 
 
 def judge_bracketed(metric: str, before: Sequence[float], second: Sequence[float], after: Sequence[float],

@@ -23,8 +23,8 @@ from dataclasses import replace
 from pytest_sglang.baseline.engine.judgement import ABJudgement, noted, p_text
 from pytest_sglang.baseline.engine.power import catch_text, detectable_pct, history_se, log_sd
 from pytest_sglang.baseline.engine.verdict import ab_bound_pct, beyond_noise
-from pytest_sglang.baseline.stats import SessionSpread
 from pytest_sglang.errors import BaselineError
+from pytest_sglang.stats.inference import SessionSpread
 
 AA_RUNS_NEEDED = 5  # recorded A/A runs before their spread, not the pairs', judges an A/B check
 

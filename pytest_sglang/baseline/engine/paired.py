@@ -32,8 +32,8 @@ from pytest_sglang.baseline.engine.verdict import (
     settle,
     status_of,
 )
-from pytest_sglang.baseline.stats import hodges_lehmann_ci, signed_rank_min_p, signed_rank_p
 from pytest_sglang.errors import BaselineError
+from pytest_sglang.stats.inference import hodges_lehmann_ci, signed_rank_min_p, signed_rank_p
 
 
 def judge_paired(metric: str, first: Sequence[float], second: Sequence[float], tolerance: Tolerance | None, *,

@@ -7,7 +7,7 @@ Every rule is, near its decision, a test of a log-ratio against the tolerance's 
 (normal approximation; the rank tests lose a few per cent of that efficiency, so the figures are "about").
 Each rule supplies its own ``se``: the paired ratios' spread over the root of the pairs, the A/A runs' or past
 sessions' prediction spread, the two sides' rounds. A history of runs is judged by change points
-(history/changepoints.py): a step in the middle of ``runs`` runs is a difference of two means of ``runs / 2``
+(stats/changepoints.py): a step in the middle of ``runs`` runs is a difference of two means of ``runs / 2``
 sessions each, so its ``se`` is the session noise times ``2 / sqrt(runs)``.
 """
 

@@ -40,7 +40,7 @@ from pytest_sglang.baseline.engine.verdict import (
     settle,
     status_of,
 )
-from pytest_sglang.baseline.stats import BOOTSTRAP_RESAMPLES, Alternative, bootstrap_change_ci, min_p, rank_sum_p
+from pytest_sglang.stats.inference import BOOTSTRAP_RESAMPLES, Alternative, bootstrap_change_ci, min_p, rank_sum_p
 
 
 def judge(

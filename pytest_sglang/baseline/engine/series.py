@@ -2,7 +2,7 @@
 
 One job cannot see a 3 % change on a host whose instances differ by 10-30 %; a series of runs on one runner can
 (issue 24). This run's figure is appended to the past runs' medians and the series is searched for steps
-(E-divisive means with a permutation test, history/changepoints.py). The run regresses when it sits after a
+(E-divisive means with a permutation test, stats/changepoints.py). The run regresses when it sits after a
 significant step (p at most ``1 - confidence``) in the bad direction whose size, the change of the medians of
 the segments on either side, is beyond the tolerance: "output_throughput stepped down 4.1% at run 37 (commit
 abc1234, p=0.003)". A step that came before the check's baseline was last recorded was accepted by whoever
@@ -36,7 +36,7 @@ def judge_series(metric: str, past: Sequence[PastRun], current: float, tolerance
                  accepted_until: float | None = None, confidence: float = DEFAULT_CONFIDENCE) -> Judgement | None:
     """This run's ``current`` figure after the ``past`` runs of its series (oldest first); None when there is
     no past run. ``accepted_until``: when the check's baseline was last recorded (steps before it are accepted)."""
-    from pytest_sglang.history.changepoints import find_change_points, format_p_value
+    from pytest_sglang.stats.changepoints import find_change_points, format_p_value
 
     if not past or not math.isfinite(current):
         return None

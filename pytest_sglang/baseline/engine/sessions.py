@@ -27,7 +27,7 @@ from pytest_sglang.baseline.engine.verdict import (
     samples_of,
     settle,
 )
-from pytest_sglang.baseline.stats import SessionSpread
+from pytest_sglang.stats.inference import SessionSpread
 
 SESSIONS_NEEDED = 5  # past recording sessions before their spread, not the rounds', judges a baseline check
 

@@ -18,8 +18,8 @@ from collections.abc import Sequence
 from typing import Literal
 
 from pytest_sglang.baseline.directions import Direction, Tolerance
-from pytest_sglang.baseline.stats import Alternative, SessionSpread
 from pytest_sglang.errors import BaselineError
+from pytest_sglang.stats.inference import Alternative, SessionSpread
 
 Status = Literal["ok", "regressed", "improved", "not-judged"]
 Placement = Literal["beyond", "clear", "across"]  # an interval against the tolerance's bad edge
