@@ -35,12 +35,12 @@ from pytest_sglang.baseline.engine import (
     metric_value,
 )
 from pytest_sglang.baseline.engine.series import PastRun, judge_series
+from pytest_sglang.baseline.gate import STATUS_GATE, Gate, combine
 from pytest_sglang.baseline.store import BaselineStore, Entry
 from pytest_sglang.errors import BaselineError
 from pytest_sglang.machine.facts import Machine, detect_machine
 
 CheckStatus = Literal["ok", "regressed", "improved", "not-judged", "no-baseline", "missing"]
-Gate = Literal["passed", "regressed", "not-judged", "recorded"]
 # check() keywords that are settings of the gate, not metrics
 GATE_OPTIONS = ("max_cv", "confidence")
 NO_BASELINE_NOTE = "no baseline for "  # how the note of a check with nothing to compare with begins
@@ -74,6 +74,7 @@ class Check:
     reason: str | None = None  # why it was not judged, or why the tolerance alone decided
     detectable_pct: float | None = None  # the smallest change in the bad direction caught at 80 % (power.py)
     history: str | None = None  # what the run history said of this metric (--sglang-history), where it did not fail
+    unconfirmed: bool = False  # ok, though past the tolerance and not significant: told as a note
 
     def to_dict(self) -> dict[str, Any]:
         return {"metric": self.metric, "current": self.current, "baseline": self.baseline,
@@ -101,11 +102,11 @@ class Comparison:
 
     @property
     def regressions(self) -> list[Check]:
-        return [c for c in self.checks if c.status in ("regressed", "missing")]
+        return [c for c in self.checks if STATUS_GATE[c.status] == "regressed"]
 
     @property
     def not_judged(self) -> list[Check]:
-        return [c for c in self.checks if c.status in ("not-judged", "no-baseline")]
+        return [c for c in self.checks if STATUS_GATE[c.status] == "not-judged"]
 
     @property
     def failed(self) -> bool:
@@ -194,7 +195,8 @@ def compare_one(metric: str, current: float | Sequence[float] | None, baseline: 
     return Check(metric, j.current, j.reference, tolerance, d, status, j.change_pct, message + hint,
                  rounds=j.current_n, baseline_rounds=j.reference_n, method=j.method, p_value=j.p_value,
                  ci_pct=j.ci_pct, cv_pct=j.current_cv_pct, baseline_cv_pct=j.reference_cv_pct, reason=reason,
-                 sessions=len(sessions), detectable_pct=j.detectable_pct)
+                 sessions=len(sessions), detectable_pct=j.detectable_pct,
+                 unconfirmed=j.unconfirmed and status == "ok")
 
 
 def with_history(check: Check, judged: Judgement | None) -> Check:
@@ -291,7 +293,7 @@ def compare(
                                   accepted_until=_epoch(entry.recorded_at) if entry else None)
             check = with_history(check, judged)
         comp.checks.append(check)
-        if check.status == "improved" or (check.status == "ok" and "not significant" in check.message):
+        if check.status == "improved" or (check.status == "ok" and check.unconfirmed):
             comp.notes.append(check.message)
         if check.status == "not-judged":
             if strict or fail_not_judged:
@@ -318,7 +320,7 @@ class Gated(Protocol):
     """An outcome with a gate: a baseline :class:`Comparison`, or an A/B check's (engine/ab.py)."""
 
     @property
-    def gate(self) -> str: ...
+    def gate(self) -> Gate: ...
 
     @property
     def gate_reason(self) -> str | None: ...
@@ -332,14 +334,7 @@ def gate_of(result: Any, comparisons: Sequence[Gated]) -> tuple[Gate | None, str
     failed = getattr(result, "failed", 0) or 0
     if failed:
         return "not-judged", infrastructure_problem(result)
-    if not comparisons:
-        return None, None
-    gates = [c.gate for c in comparisons]
-    for gate in ("regressed", "not-judged", "recorded"):
-        if gate in gates:
-            reasons = [r for c in comparisons if c.gate == gate and (r := c.gate_reason)]
-            return gate, "; ".join(reasons) or None  # type: ignore[return-value]
-    return "passed", None
+    return combine((c.gate, c.gate_reason) for c in comparisons)
 
 
 # --------------------------------------------------------------------------------------------------------

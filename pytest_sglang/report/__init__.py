@@ -8,11 +8,12 @@ comparisons) when the plugin asks for the report at the end. The JSON schema is 
     html.py        the HTML page: the gate in colour first, tests, A/B runs, benchmarks, servers and their logs
     abchart.py     an A/B run's paired ratios (or bracketed rounds) as SVG;  timeseries.py  telemetry over time
 
-Every benchmark carries a ``gate`` (baseline/checks.py ``gate_of``): ``passed``, ``regressed``, ``not-judged``
-(failed requests, a client-bound run, too noisy to judge, no baseline; with ``gate_reason``), ``recorded``, or
-null when nothing was checked; a profile whose server could not start is ``not-judged`` too. The report's
-top-level ``gate`` lists what regressed and what could not be judged, so a CI job can block on the first and
-warn on the second; the terminal summary, the step summary and junitxml (``sglang_gate``) say the same.
+Every benchmark carries a ``gate`` (decided in baseline/gate.py; checks.py ``gate_of`` sums a benchmark):
+``passed``, ``regressed``, ``not-judged`` (failed requests, a client-bound run, too noisy to judge, no baseline;
+with ``gate_reason``), ``recorded``, or null when nothing was checked; a profile whose server could not start
+is ``not-judged`` too. The report's top-level ``gate`` lists what regressed and what could not be judged, so a
+CI job can block on the first and warn on the second; the terminal summary, the step summary and junitxml
+(``sglang_gate``) say the same.
 """
 
 from pytest_sglang.report.build import SCHEMA, SCHEMA_VERSION, build_report, summarize, write_json

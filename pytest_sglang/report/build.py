@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_sglang.baseline import Comparison, Machine, gate_of
+from pytest_sglang.baseline.gate import worst
 from pytest_sglang.bench.sweep import CURVE_X, CURVE_Y, knee_index
 from pytest_sglang.session import SessionLedger
 
@@ -89,12 +90,10 @@ def _gate_summary(profiles: dict[str, Any], ab_runs: Sequence[dict[str, Any]] = 
             summary[key].append({"profile": pair, "test_id": test_id, "nodeid": test_id, "reason": ab["gate_reason"]})
         else:
             summary["unchecked" if ab.get("gate") is None else ab["gate"]] += 1
-    if summary["regressed"]:
-        summary["status"] = "regressed"
-    elif summary["not_judged"]:
-        summary["status"] = "not-judged"
-    elif summary["passed"]:
-        summary["status"] = "passed"
+    # the run's status sums what was judged: a run that only recorded baselines has none
+    judged = [("regressed", bool(summary["regressed"])), ("not-judged", bool(summary["not_judged"])),
+              ("passed", bool(summary["passed"]))]
+    summary["status"] = worst(gate for gate, seen in judged if seen)  # type: ignore[misc]
     return summary
 
 

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from pytest_sglang.baseline.gate import STATUS_GATE, worst
 from pytest_sglang.bench.sweep import CURVE_X, CURVE_Y
 from pytest_sglang.report.tables import (
     HEADERS,
@@ -181,7 +182,6 @@ border-left:5px solid;border-radius:3px}ul.verdicts li .why{display:block;color:
 font-size:1.05em}.msg{color:#444;font-size:.88em;white-space:normal}td.wrap{white-space:normal}.small{color:#666;font-size:.88em}
 """
 _VERDICT_WORD = {"regressed": "REGRESSED", "not-judged": "NOT JUDGED", "passed": "PASSED", "recorded": "RECORDED"}
-_GATE_RANK = {"regressed": 0, "not-judged": 1, "passed": 2, "recorded": 3, None: 4}
 
 
 def _badge(gate: str | None, text: str | None = None) -> str:
@@ -189,15 +189,13 @@ def _badge(gate: str | None, text: str | None = None) -> str:
     return f'<span class="badge verdict-{gate or "none"}">{html.escape(word)}</span>'
 
 
-# A check's status (baseline/checks.py CheckStatus) as the gate it amounts to, and its word.
-_CHECK_GATE = {"ok": ("passed", "passed"), "improved": ("passed", "improved"), "regressed": ("regressed", None),
-               "missing": ("regressed", "missing"), "not-judged": ("not-judged", None),
-               "no-baseline": ("not-judged", "no baseline")}
+# A check's status (baseline/checks.py CheckStatus) in the words of its badge, where the gate's own word is not it.
+_CHECK_WORD = {"ok": "passed", "improved": "improved", "missing": "missing", "no-baseline": "no baseline"}
 
 
 def _check_badge(status: str | None) -> str:
-    gate, word = _CHECK_GATE.get(status or "", (None, status))
-    return _badge(gate, word)
+    gate = STATUS_GATE.get(status or "")
+    return _badge(gate, _CHECK_WORD.get(status or "") if gate else status)
 
 
 def _verdicts(report: dict[str, Any]) -> str:
@@ -238,7 +236,7 @@ def _tests(report: dict[str, Any]) -> str:
     for nodeid, outcome in outcomes.items():
         seen = gates[nodeid]
         badge = (_badge("regressed", "server died") if "died" in seen
-                 else _badge(min(seen, key=lambda x: _GATE_RANK.get(x, 4))))
+                 else _badge(worst(seen)))  # type: ignore[arg-type]
         rows.append(f'<tr><td>{html.escape(nodeid)}</td><td class="outcome-{outcome or "none"}">'
                     f'{html.escape(outcome or "not finished")}</td><td>{badge}</td></tr>')
     return ("<h2>Tests</h2><table><tr><th>test</th><th>outcome</th><th>gate</th></tr>" + "".join(rows)

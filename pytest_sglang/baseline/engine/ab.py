@@ -16,6 +16,7 @@ from pytest_sglang.baseline.engine.judgement import ABJudgement, noted
 from pytest_sglang.baseline.engine.paired import judge_paired
 from pytest_sglang.baseline.engine.power import catch_text
 from pytest_sglang.baseline.engine.verdict import DEFAULT_CONFIDENCE, DEFAULT_MAX_CV_PCT
+from pytest_sglang.baseline.gate import Gate
 from pytest_sglang.errors import BaselineError
 
 AB_METRICS = ("output_throughput", "input_throughput", "request_throughput", "median_ttft_ms", "p99_ttft_ms",
@@ -45,17 +46,19 @@ class ABComparison:
         return bool(self.regressions or self.errors)
 
     @property
-    def gate(self) -> str:
-        if self.regressions or self.errors:
+    def gate(self) -> Gate:
+        """As a baseline check's: a check that could not be made (``errors``, e.g. a bad tolerance) fails the
+        test, and gates as not judged, never as a regression it did not measure."""
+        if self.regressions:
             return "regressed"
-        return "not-judged" if self.not_judged else "passed"
+        return "not-judged" if self.not_judged or self.errors else "passed"
 
     @property
     def gate_reason(self) -> str | None:
         if self.gate == "regressed":
-            return "; ".join([j.message for j in self.regressions] + self.errors)
+            return "; ".join(j.message for j in self.regressions)
         if self.gate == "not-judged":
-            return "; ".join(j.message for j in self.not_judged)
+            return "; ".join([j.message for j in self.not_judged] + self.errors)
         return None
 
     def failure_message(self) -> str:

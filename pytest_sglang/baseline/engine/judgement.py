@@ -35,6 +35,7 @@ class Judgement:
     reason: str | None = None  # why not judged, or why the tolerance alone decided
     detectable_pct: float | None = None  # the smallest change in the bad direction caught at 80 % (power.py)
     history_detectable_pct: float | None = None  # the step a history of HISTORY_RUNS such runs finds
+    unconfirmed: bool = False  # ok, though past the tolerance: the rounds could not show it was significant
 
     @property
     def failed(self) -> bool:

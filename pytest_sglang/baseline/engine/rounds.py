@@ -78,9 +78,9 @@ def judge(
 
     def made(status: Status, message: str, *, method: Method = "tolerance", p_value: float | None = None,
              ci_pct: tuple[float, float] | None = None, allowed: float | None = None,
-             reason: str | None = None, detectable: float | None = None) -> Judgement:
+             reason: str | None = None, detectable: float | None = None, unconfirmed: bool = False) -> Judgement:
         return Judgement(metric, cur_med, ref_med, tolerance, d, status, pct, message, n, m, method, p_value,
-                         ci_pct, confidence, cur_cv, ref_cv, allowed, reason, detectable)
+                         ci_pct, confidence, cur_cv, ref_cv, allowed, reason, detectable, unconfirmed=unconfirmed)
 
     shown = f"{pct:+.1f}%"
     size = f"{abs(pct):.1f}%" if math.isfinite(pct) else "from 0"
@@ -157,7 +157,7 @@ def judge(
         else:
             message = f"{metric} {shown} within tolerance {stats}: {versus}{where}"
         return made(status, message, method="mann-whitney", p_value=p, ci_pct=ci, allowed=bound,
-                    detectable=detectable)
+                    detectable=detectable, unconfirmed=status == "ok" and abs(gain) > bound)
 
     if noisy:
         cv, side, k = max(noisy)
