@@ -9,7 +9,7 @@ import sys
 import time
 
 import pytest
-from helpers import marked_processes, profile_toml, wait_for_no_processes
+from helpers import interruptible, marked_processes, profile_toml, wait_for_no_processes
 
 
 def fleet_toml(name: str, mark: str, body: str, sim: str = "startup_seconds = 0.6") -> str:
@@ -181,7 +181,7 @@ def _pytest_during_a_long_fleet_startup(pytester: pytest.Pytester, mark: str) ->
     pytester.makepyfile(test_user=FIRST_AND_SECOND)
     proc = subprocess.Popen([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-s", "--sglang-sim",
                              "--sglang-profile=f"], cwd=pytester.path, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+                            stderr=subprocess.STDOUT, text=True, preexec_fn=interruptible)
     deadline = time.monotonic() + 60
     while len(marked_processes(mark)) < 6:  # two members: each a launcher, a scheduler and a detokenizer
         assert time.monotonic() < deadline and proc.poll() is None, "the fleet's members never started"

@@ -120,7 +120,11 @@ def test_a_fault_on_rank_1_names_it_at_once_and_leaves_nothing(
     else:
         # rank 1 is named first; how it died is readable only while it is a zombie, and torchrun's agent reaps it
         # at once (then it is "gone"), while rank 0, SIGTERMed by that agent, may still be read
+        # A loaded runner can look only after both ranks are gone (CI saw it at 3.0 s): then the order is not
+        # knowable and must be said so, never guessed; rank 0 is never named first.
         first = re.search(r"First process of the server's tree to die: (rank\d) \(pid \d+\): ([^,]+)", message)
-        assert first and first.group(1) == "rank1", message
-        assert first.group(2).startswith(("killed by SIGKILL", "gone")), message
+        unknowable = re.search(r"First process of the server's tree to die: not knowable: .*rank1 \(pid \d+, gone\)",
+                               message)
+        assert (first and first.group(1) == "rank1") or unknowable, message
+        assert unknowable or first.group(2).startswith(("killed by SIGKILL", "gone")), message  # type: ignore[union-attr]
     assert not reap(mark), "server processes survived"
