@@ -14,6 +14,8 @@ from pytest_sglang.errors import (
     BaselineError,
     BenchmarkError,
     BenchmarkFailedError,
+    CheckFailedError,
+    NotRunError,
     PluginError,
     PortInUseError,
     ProfileComparisonError,
@@ -24,12 +26,17 @@ from pytest_sglang.errors import (
     ServerError,
     ServerRequestError,
     ServerStartupError,
+    UsageProblem,
 )
+from pytest_sglang.harness import Harness, Settings
 
 __all__ = [
     "BaselineError",
     "BenchmarkError",
     "BenchmarkFailedError",
+    "CheckFailedError",
+    "Harness",
+    "NotRunError",
     "PluginError",
     "PortInUseError",
     "ProfileComparisonError",
@@ -40,5 +47,7 @@ __all__ = [
     "ServerError",
     "ServerRequestError",
     "ServerStartupError",
+    "Settings",
+    "UsageProblem",
 ]
 __version__ = "0.1.0"

@@ -125,6 +125,21 @@ class ABStartupError(PluginError):
     """One server of an A/B pair could not start: which one, beside what, and what to change."""
 
 
+class UsageProblem(PluginError):
+    """An option, a combination of options or a selection that cannot work (pytest: a usage error, before any
+    server launches): what to pass instead."""
+
+
+class NotRunError(PluginError):
+    """What a test or a comparison needs did not run in this session (a profile not selected, a server that did
+    not start, a figure this run cannot have): not a failure of the thing tested (pytest: a skip)."""
+
+
+class CheckFailedError(PluginError, AssertionError):
+    """A check judged a regression, could not be made, or could not judge under --sglang-not-judged=fail: the
+    message is the whole verdict (pytest: the test fails with it alone)."""
+
+
 @dataclass
 class Diagnosis:
     """What the log said about a failure: the facts an error message is built from."""

@@ -92,7 +92,7 @@ def test_ini_report_and_baseline_apply_and_the_command_line_wins(pytester: pytes
     baseline_probe = """
 def test_baseline_file(request):
     plugin = request.config.pluginmanager.get_plugin("sglang-session")
-    print("BASELINE", plugin.measure.checker.store.path)
+    print("BASELINE", plugin.harness.measure.checker.store.path)
 """
     _project(pytester, ini='sglang_report = "out/ini.json"\nsglang_baseline = "perf/ini-baselines.json"',
              tests=baseline_probe)

@@ -12,9 +12,10 @@ import pytest
 
 # What the entry point itself needs: options, hooks, the session ledger (its records load with the first server).
 ENTRY_MODULES = {
-    "pytest_sglang", "pytest_sglang.plugin.distributed", "pytest_sglang.errors", "pytest_sglang.plugin.measure",
-    "pytest_sglang.plugin.nodes", "pytest_sglang.plugin", "pytest_sglang.session", "pytest_sglang.plugin.settings",
-    "pytest_sglang.plugin.history",
+    "pytest_sglang", "pytest_sglang.plugin.distributed", "pytest_sglang.errors", "pytest_sglang.plugin.nodes",
+    "pytest_sglang.plugin", "pytest_sglang.session", "pytest_sglang.plugin.settings", "pytest_sglang.harness",
+    "pytest_sglang.harness.core", "pytest_sglang.harness.history", "pytest_sglang.harness.measure",
+    "pytest_sglang.harness.node", "pytest_sglang.harness.settings", "pytest_sglang.harness.workers",
 }
 HEAVY = {"requests", "urllib3", "psutil", "filelock", "tomllib", "asyncio", "http.client"}
 
@@ -46,8 +47,6 @@ def test_a_run_that_uses_no_server_loads_nothing_more(pytester: pytest.Pytester)
     result.assert_outcomes(passed=1)
     modules = next(line for line in result.outlines if line.startswith("MODULES")).split()[1:]
     heavy = next(line for line in result.outlines if line.startswith("HEAVY")).split()[1:]
-    # The fixtures register at the start; the environment knobs are checked there (a bad one is a usage error);
-    # the plugin holds the (empty) pool of servers that A/B tests keep alive together.
-    assert set(modules) == ENTRY_MODULES | {"pytest_sglang.plugin.fixtures", "pytest_sglang.envknobs",
-                                            "pytest_sglang.server", "pytest_sglang.server.pool"}
+    # The fixtures register at the start; the environment knobs are checked there (a bad one is a usage error).
+    assert set(modules) == ENTRY_MODULES | {"pytest_sglang.plugin.fixtures", "pytest_sglang.envknobs"}
     assert not heavy, f"a run without a server loaded {heavy}"

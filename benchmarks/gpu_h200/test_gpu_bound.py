@@ -74,7 +74,7 @@ def counters(before: dict | None, after: dict | None) -> dict[str, Any] | None:
 
 def ports(request: pytest.FixtureRequest) -> tuple[int, int]:
     """The pair's live servers (sglang_ab's setup has them up; acquiring the same pair again launches nothing)."""
-    first, second = plugin_of(request.config).pool.acquire(list(PAIR))
+    first, second = plugin_of(request.config).harness.pool.acquire(list(PAIR))
     return first.port, second.port
 
 

@@ -1,31 +1,22 @@
-"""pytest-xdist: what crosses between the controller and its workers. Knows pytest-xdist's hooks' data only.
-
-The controller makes the run folder of shared servers (server/shared.py) on the first worker's start, hands
-its path to every worker, gathers each worker's startup records and report when the worker goes down, and
-stops the shared servers at its own session finish, after the last worker. Without xdist all of this is inert.
-"""
+"""pytest-xdist: what crosses between the controller and its workers through xdist's hooks' data. The two
+sides' work is the harness's (harness/workers.py): the controller's run folder goes to every worker in its
+workerinput, each worker's ledger and report come back in its workeroutput."""
 
 from __future__ import annotations
 
-import os
-import tempfile
-import threading
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from pytest_sglang.harness.workers import WORKER_OUTPUT
+
 if TYPE_CHECKING:
-    from pytest_sglang.plugin.settings import Settings
     from pytest_sglang.server.shared import SharedServers
     from pytest_sglang.session import SessionLedger
 
 WORKER_INPUT = "sglang_shared"
 WORKER_SIM_RUN = "sglang_sim_run"  # the controller's SimRun (sim/drift.py): one drift for every worker's servers
-WORKER_OUTPUT = "sglang_ledger"
-STATUS_FILE = "status.log"  # in the run folder: the workers' startup lines, which the controller shows live
-RELAY_SECONDS = 0.2
 
 
 def worker_servers(config: pytest.Config) -> SharedServers | None:
@@ -45,112 +36,8 @@ def worker_sim_run(config: pytest.Config) -> str | None:
     return str(given) if given else None
 
 
-def tell_controller(servers: SharedServers, line: str) -> None:
-    """A worker's status line (a startup phase, a launch), for the controller to show: xdist shows nothing a
-    worker writes until its tests report, and a startup takes minutes."""
-    with open(servers.folder / STATUS_FILE, "a", encoding="utf-8") as fh:
-        fh.write(line.replace("\n", " ") + "\n")
-
-
-class StatusRelay:
-    """The controller's thread that shows the workers' status lines as they are written."""
-
-    def __init__(self, path: Path, show: Callable[[str], None]) -> None:
-        self.path, self.show = path, show
-        self._offset = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="sglang-status-relay", daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while not self._stop.wait(RELAY_SECONDS):
-            self._relay()
-
-    def _relay(self) -> None:
-        try:
-            with open(self.path, encoding="utf-8") as fh:
-                fh.seek(self._offset)
-                text = fh.read()
-        except OSError:
-            return
-        complete = text[:text.rfind("\n") + 1]
-        self._offset += len(complete.encode("utf-8"))
-        for line in complete.splitlines():
-            self.show(line)
-
-    def close(self) -> None:
-        """Stop, after showing what is left."""
-        self._stop.set()
-        self._thread.join(timeout=5)
-        self._relay()
-
-
 def send_to_controller(config: pytest.Config, ledger: SessionLedger, report: dict[str, Any]) -> None:
     output = getattr(config, "workeroutput", None)
     if output is not None:
         output[WORKER_OUTPUT] = {"startups": [r.to_json() for r in ledger.startups.values()], "report": report,
                                  "notes": list(ledger.notes)}
-
-
-class ControllerRun:
-    """The controller's side of an xdist run: the run folder, and what the workers sent back."""
-
-    def __init__(self, settings: Settings, show: Callable[[str], None]) -> None:
-        self.settings = settings
-        self.show = show  # where the workers' status lines go: the controller's terminal
-        self.servers: SharedServers | None = None
-        self.relay: StatusRelay | None = None
-        self.reports: list[dict[str, Any]] = []
-
-    def folder_for_workers(self) -> dict[str, Any]:
-        if self.servers is None:
-            base = Path(tempfile.gettempdir()) / f"pytest-sglang-{os.getuid()}"
-            base.mkdir(parents=True, exist_ok=True, mode=0o700)
-            from pytest_sglang.server.shared import SharedServers
-
-            self.servers = SharedServers.create(base, concurrent_profiles=self.settings.concurrent_profiles)
-            self.relay = StatusRelay(self.servers.folder / STATUS_FILE, self.show)
-        return {"folder": str(self.servers.folder), "controller_pid": self.servers.controller_pid,
-                "concurrent_profiles": self.servers.concurrent_profiles}
-
-    def gather(self, output: dict[str, Any], ledger: SessionLedger) -> None:
-        sent = output.get(WORKER_OUTPUT)
-        if not sent:
-            return
-        from pytest_sglang.server.record import StartupRecord
-
-        for data in sent["startups"]:
-            record = StartupRecord.from_json(data)
-            known = ledger.startups.get(record.profile)
-            # The worker that launched a shared server tells its startup; the others only joined it.
-            if known is None or (record.ready and (not known.ready or known.origin == "joined")):
-                ledger.add_startup(record)
-        ledger.notes.extend(n for n in sent["notes"] if n not in ledger.notes)
-        self.reports.append(sent["report"])
-
-    @property
-    def bench_count(self) -> int:
-        return sum(len(p["benchmarks"]) for r in self.reports for p in r["profiles"].values())
-
-    def merged(self, report: dict[str, Any]) -> dict[str, Any]:
-        """``report`` (the controller's own) with every worker's profiles and benchmarks folded in."""
-        for sent in self.reports:
-            for name, prof in sent["profiles"].items():
-                mine = report["profiles"].setdefault(name, {**prof, "benchmarks": []})
-                for key, value in prof.items():
-                    if key != "benchmarks" and mine.get(key) is None:
-                        mine[key] = value
-                mine["benchmarks"].extend(prof["benchmarks"])
-            for key in ("machine", "machine_key", "commit", "baseline_file"):
-                report[key] = report.get(key) or sent.get(key)
-        return report
-
-    def stop_servers(self) -> list[str]:
-        if self.relay is not None:
-            self.relay.close()
-            self.relay = None
-        if self.servers is None:
-            return []
-        stopped = self.servers.stop_all()
-        self.servers = None
-        return stopped

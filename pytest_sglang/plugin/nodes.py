@@ -1,27 +1,34 @@
-"""pytest's terms to the plugin's: a node id's test id without its profile, and a failure that shows the
-plugin's message alone."""
+"""The harness's outcomes in pytest's terms: a failure that shows the plugin's message alone, a skip for what did
+not run."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import NoReturn
 
 import pytest
 
-
-def strip_param(nodeid: str, param: str | None) -> str:
-    """``tests/t.py::test_x[eagle3-128]`` -> ``tests/t.py::test_x[128]`` for profile ``eagle3``."""
-    if not param or not nodeid.endswith("]") or "[" not in nodeid:
-        return nodeid
-    head, _, inner = nodeid[:-1].partition("[")
-    parts = inner.split("-")
-    if param in parts:
-        parts.remove(param)
-    elif inner.startswith(param + "-") or inner.endswith("-" + param) or inner == param:
-        inner = inner.replace(param, "", 1).strip("-")
-        parts = [inner] if inner else []
-    return f"{head}[{'-'.join(parts)}]" if parts else head
+from pytest_sglang.errors import NotRunError, PluginError, ServerDiedError
 
 
 def fail_with(exc: BaseException) -> NoReturn:
     """Fail with our message alone: no traceback of the plugin, no "During handling of..." chain."""
     raise pytest.fail.Exception(str(exc), pytrace=False) from None
+
+
+@contextmanager
+def as_outcome(*, deaths: bool = True) -> Iterator[None]:
+    """The harness's errors as a test's outcome: what did not run skips, a check or a request that failed fails
+    with its message alone. ``deaths``: a server's death too; else it passes through, for pytest_runtest_call to
+    tell as the crash of the test's sglang_server."""
+    try:
+        yield
+    except ServerDiedError as exc:
+        if not deaths:
+            raise
+        fail_with(exc)
+    except NotRunError as exc:
+        pytest.skip(str(exc))
+    except PluginError as exc:
+        fail_with(exc)

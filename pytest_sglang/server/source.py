@@ -15,8 +15,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pytest_sglang.config import Profile
 from pytest_sglang.errors import PluginError, PortInUseError
-from pytest_sglang.launch.fleet import FleetPlan
-from pytest_sglang.launch.plan import LaunchPlan
+from pytest_sglang.launch.planner import Planner
 from pytest_sglang.server.handle import ServerHandle
 from pytest_sglang.server.ready import RecordCallback, StatusCallback
 
@@ -72,12 +71,12 @@ def server_source(profile: Profile | None, asked: Asked) -> Source:
 @dataclass(frozen=True)
 class Origins:
     """What the sources need from the session: its shared servers (under xdist), its rootdir (whose kept servers
-    --sglang-reuse reads), how it plans a launch, and where status lines, records and kept servers go."""
+    --sglang-reuse reads), how it plans a launch (asked only where one is launched), and where status lines,
+    records and kept servers go."""
 
     shared: SharedServers | None
     rootdir: Path
-    plan: Callable[[Profile], LaunchPlan]  # a launch's plan, made only where one is launched
-    plan_fleet: Callable[[Profile], FleetPlan]  # a fleet's, likewise
+    planner: Planner
     on_status: StatusCallback
     on_record: RecordCallback
     on_kept: Callable[[str], None]  # "profile: pid N on port P", for the summary's list of kept servers
@@ -99,12 +98,13 @@ def open_server(profile: Profile | None, asked: Asked, origins: Origins, *, name
     if source == "fleet":
         from pytest_sglang.server.fleet import launch_fleet
 
-        return launch_fleet(origins.plan_fleet(profile), **callbacks)
+        return launch_fleet(origins.planner.plan_fleet(profile), **callbacks)
     if source == "xdist":
         assert origins.shared is not None
-        return origins.shared.open(origins.plan_fleet(profile) if profile.topology else origins.plan(profile),
+        planner = origins.planner
+        return origins.shared.open(planner.plan_fleet(profile) if profile.topology else planner.plan(profile),
                                    **callbacks)
-    plan = origins.plan(profile)
+    plan = origins.planner.plan(profile)
     if source == "slurm":
         from pytest_sglang.server.slurm import launch_slurm_server
 

@@ -8,8 +8,8 @@ import pytest
 
 from pytest_sglang.config.profiles import load_profiles
 from pytest_sglang.errors import ProfileError
+from pytest_sglang.harness.settings import Settings
 from pytest_sglang.launch.plan import plan_launch
-from pytest_sglang.plugin.settings import Settings
 from pytest_sglang.plugin.show import profile_lines
 
 

@@ -9,8 +9,8 @@ import pytest
 
 from pytest_sglang.config import Profile
 from pytest_sglang.errors import PluginError
-from pytest_sglang.plugin.distributed import WORKER_OUTPUT, ControllerRun
-from pytest_sglang.plugin.settings import Settings
+from pytest_sglang.harness.settings import Settings
+from pytest_sglang.harness.workers import WORKER_OUTPUT, ControllerRun
 from pytest_sglang.server.record import StartupRecord
 from pytest_sglang.server.source import Asked, server_source
 from pytest_sglang.session import SessionLedger

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from pytest_sglang.errors import ABStartupError, PluginError
-from pytest_sglang.server.pool import ServerPool
+from pytest_sglang.harness.pool import ServerPool
 
 
 class Handle:
