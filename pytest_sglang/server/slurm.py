@@ -12,7 +12,7 @@ import shlex
 import time
 import uuid
 import warnings
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from pytest_sglang.errors import (
     ProfileError,
@@ -34,7 +34,7 @@ from pytest_sglang.launch.slurm import (
     task_ends,
 )
 from pytest_sglang.server.handle import FAILURE_GRACE_SECONDS, LaunchedLiveness, ServerHandle
-from pytest_sglang.server.origins import failure_hints, startup_wait
+from pytest_sglang.server.origins import startup_wait
 from pytest_sglang.server.ready import (
     NodeEnd,
     Peer,
@@ -49,6 +49,8 @@ from pytest_sglang.server.record import StartupRecord
 from pytest_sglang.watch import LogTail, LogWatcher
 
 PEER_HEALTH_PATH = "/health"  # SGLang's ranks >= 1 serve this alone, on their own --port
+
+
 def launch_slurm_server(plan: LaunchPlan, *, on_status: StatusCallback = ignore,
                         on_record: RecordCallback = ignore) -> ServerHandle:
     """Launch the planned server on its profile's SLURM nodes and return once every node is ready; on any
@@ -90,9 +92,9 @@ def _wait_ready(plan: LaunchPlan, splan: SlurmPlan, step: SlurmStep, *, on_statu
                              pid=step.pid)
     wait = startup_wait(plan, template=template, process=step, watcher=watcher, base_url=base_url(reach, plan.port),
                         command=[shlex.join(splan.argv)],
-                        look_at=f"each node's log ({profile.name}.nodeN.log) and srun's ({splan.srun_log.name})")
-    wait = replace(wait, peers=peers, node=head.label, node_ends=lambda: _node_ends(step),
-                   failure_hints=lambda code, d: [*failure_hints(plan, code, d), *_srun_hints(splan)])
+                        look_at=f"each node's log ({profile.name}.nodeN.log) and srun's ({splan.srun_log.name})",
+                        peers=peers, node=head.label, ends=lambda: _node_ends(step),
+                        more_hints=lambda code, d: _srun_hints(splan))
     record = wait_for(wait, on_status=on_status, on_record=on_record)
     health = health_probe(plan, base_url(reach, plan.port))
     liveness = SlurmLiveness(profile=profile.name, process=step, watcher=watcher, health=health,
