@@ -2,7 +2,8 @@
 SLURM work (the srun step, its allocation, its teardown).
 
 The same readiness loop and log rules as a server launched here, once per node: rank 0's log and HTTP probe,
-and each other node as a Peer with its own log and its own /health. What differs is the process tree (a
+and each other node as a Peer with its own log and its own /health, composed whatever the profile's kind (a
+node nothing can ask is still awaited, so its silence names it). What differs is the process tree (a
 SlurmStep, srun here and its tasks on the nodes) and the liveness, which names the node that failed.
 """
 
@@ -135,7 +136,7 @@ def _peer_health_path(plan: LaunchPlan) -> str | None:
     """What each node other than rank 0 answers on its own port once it is up: SGLang's ranks >= 1 serve
     /health; a generic command serves the profile's health_path on each node's own {port} where the profile
     sets one. vLLM's --headless nodes and a generic command without one (torchrun's other nodes) serve no
-    HTTP: such a node is awaited until rank 0 is ready, and named if it goes silent (server/ready.py)."""
+    HTTP: such a node is awaited until rank 0 is ready, and named if it goes silent (server/readiness/peers.py)."""
     if plan.sim or plan.kind.name == "sglang":
         return PEER_HEALTH_PATH
     if plan.kind.name == "generic" and plan.profile.health_path:

@@ -51,7 +51,6 @@ class Failed:
     error: ServerStartupError
 
 
-Observation = Ready | NotYet | Failed
 READY = Ready()
 NOT_YET = NotYet()
 

@@ -15,6 +15,7 @@ from pytest_sglang.errors import ServerStartupError
 from pytest_sglang.server.readiness.check import (
     CRASH_SETTLE_SECONDS,
     NOT_YET,
+    READY,
     USAGE_EXIT_WAIT_SECONDS,
     Check,
     Clock,
@@ -60,7 +61,7 @@ class LogCrash(Check):
                                                "tree has been killed)", None))
 
     def ready(self, now: float, clock: Clock) -> Ready | NotYet:
-        return NOT_YET if self.server.watcher.failing_since is not None else Ready()
+        return NOT_YET if self.server.watcher.failing_since is not None else READY
 
 
 @dataclass(eq=False)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 import requests
@@ -143,7 +143,7 @@ class HttpReady(Check):
     probe: HealthCheck
     after_line: bool = False
     refuse_after: float | None = None  # None: no stall timeout, so the hard cap alone ends a refusal
-    last_ask: float = -PROBE_EVERY_SECONDS
+    last_ask: float = field(default=-PROBE_EVERY_SECONDS, init=False)
 
     def failed(self, now: float, clock: Clock) -> Failed | None:
         probe, stall = self.probe, self.refuse_after
