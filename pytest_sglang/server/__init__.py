@@ -2,7 +2,8 @@
 
     source.py   server_source, open_server: where a session's server comes from, and which origins combine
     record.py   StartupRecord: what one startup was (made once, where readiness is decided)
-    ready.py    the only readiness loop, for every origin
+    ready.py    the only readiness loop, for every origin: it polls the checks the origin composed
+    readiness/  the checks (log line, HTTP probe, process tree, peers and nodes, members) and each origin's list
     handle.py   ServerHandle = record + Liveness (launched, attached, watched by pid: joined or kept)
     origins.py  launch_server, start_server, attach_server
     reuse.py    KeptServers: --sglang-reuse and --sglang-stop

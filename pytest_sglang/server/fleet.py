@@ -28,10 +28,13 @@ from pytest_sglang.server.ready import (
     Peer,
     Probe,
     RecordCallback,
+    Server,
     StatusCallback,
-    Wait,
+    Subject,
     health_probe,
     ignore,
+    members_startup,
+    server_startup,
     wait_for,
 )
 from pytest_sglang.server.record import StartupRecord
@@ -137,21 +140,22 @@ def launch_fleet(plan: FleetPlan, *, on_status: StatusCallback = ignore, on_reco
         # no log of its own until the router runs: a failure names its member's log, Ctrl-C none
         template = StartupRecord(profile=profile.name, kind=profile.kind, origin="launched", outcome="ready",
                                  host=plan.router.plan.host, port=plan.router.plan.port, model=profile.model)
-        members_wait = Wait(template=template, timeout=plan.router.plan.startup_timeout, started_at=started_at,
-                            stall_timeout=profile.stall_timeout, peers=peers,
-                            timeout_headline=lambda: _not_up(peers, plan.router.plan.startup_timeout),
-                            timeout_hints=lambda: _timeout_hints(plan))
+        members_wait = members_startup(
+            Subject(template=template, started_at=started_at), peers, timeout=plan.router.plan.startup_timeout,
+            stall_timeout=profile.stall_timeout, headline=lambda now: _not_up(peers, plan.router.plan.startup_timeout),
+            timeout_hints=lambda: _timeout_hints(plan))
         wait_for(members_wait, on_status=on_status, on_record=_failures_only(on_record))
         members_up = time.monotonic() - started_at
         router = _Started(plan.router, *spawn(plan.router.plan, say=say, reap=reap, guardian_pid=guardian_pid))
         started.append(router)
         say(f"{len(peers)} servers ready after {members_up:.1f} s; router started (log {plan.router.plan.log_path})")
-        router_wait = Wait(
-            template=replace(template, pid=router.process.pid, log_path=plan.router.plan.log_path),
-            started_at=router.process.started_at,
-            timeout=max(plan.router.plan.startup_timeout - members_up, 1.0), stall_timeout=profile.stall_timeout,
+        router_server = Server(template=replace(template, pid=router.process.pid, log_path=plan.router.plan.log_path),
+                               started_at=router.process.started_at, command=plan.router.plan.argv, node="router",
+                               process=router.process, watcher=router.watcher)
+        router_wait = server_startup(
+            router_server, timeout=max(plan.router.plan.startup_timeout - members_up, 1.0),
+            stall_timeout=profile.stall_timeout, await_line=False, peers=peers,
             probe=RouterReadiness(plan.router.base_url, plan.router.plan.headers, plan.expected_workers),
-            process=router.process, watcher=router.watcher, command=plan.router.plan.argv, peers=peers, node="router",
             timeout_hints=lambda: ["the router did not count every server healthy: look at its log (its health "
                                    "checks of each server) and GET /workers on it"])
         record = wait_for(router_wait, on_status=ignore, on_record=_failures_only(on_record))

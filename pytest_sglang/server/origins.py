@@ -7,6 +7,7 @@ returns with that origin's liveness strategy. Reuse across runs (reuse.py) build
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from pytest_sglang.config import KINDS, SGLANG, Profile
@@ -22,7 +23,22 @@ from pytest_sglang.server.handle import (
     Liveness,
     ServerHandle,
 )
-from pytest_sglang.server.ready import Probe, RecordCallback, StatusCallback, Wait, health_probe, ignore, wait_for
+from pytest_sglang.server.readiness.check import Hints, no_hints
+from pytest_sglang.server.readiness.tree import NodeEnd, no_ends
+from pytest_sglang.server.ready import (
+    Peer,
+    Probe,
+    RecordCallback,
+    Server,
+    Startup,
+    StatusCallback,
+    Subject,
+    health_probe,
+    ignore,
+    probe_startup,
+    server_startup,
+    wait_for,
+)
 from pytest_sglang.server.record import StartupRecord
 from pytest_sglang.server.url import server_root
 from pytest_sglang.watch import LogTail, LogWatcher
@@ -106,20 +122,22 @@ def spawn(plan: LaunchPlan, *, say: StatusCallback, reap: bool = True,
 
 
 def startup_wait(plan: LaunchPlan, *, template: StartupRecord, process: ProcessTree, watcher: LogWatcher,
-                 base_url: str, command: list[str], look_at: str) -> Wait:
-    """What a launched server's startup waits on, wherever its process runs (here, or on an ssh host)."""
+                 base_url: str, command: list[str], look_at: str, peers: Sequence[Peer] = (), node: str = "",
+                 ends: Callable[[], Sequence[NodeEnd]] = no_ends, more_hints: Hints = no_hints) -> Startup:
+    """What a launched server's startup waits on, wherever its process runs (here, on an ssh host, over SLURM
+    nodes: ``peers``, each node's ``ends`` and ``more_hints`` from its launcher)."""
     readiness = plan.readiness
-    return Wait(
-        template=template, timeout=plan.startup_timeout, started_at=process.started_at,
-        stall_timeout=plan.stall_timeout,
+    server = Server(template=template, started_at=process.started_at, command=command, node=node,
+                    failure_hints=lambda code, d: [*failure_hints(plan, code, d), *more_hints(code, d)],
+                    process=process, watcher=watcher)
+    return server_startup(
+        server, timeout=plan.startup_timeout, stall_timeout=plan.stall_timeout,
         probe=Probe(base_url, readiness.probe_paths, plan.headers) if readiness.probe_paths else None,
-        process=process, watcher=watcher, wait_for_line=readiness.line is not None, command=command,
-        failure_hints=lambda code, diagnosis: failure_hints(plan, code, diagnosis),
+        await_line=readiness.line is not None, peers=peers, ends=ends,
         timeout_hints=lambda: [
             "raise startup_timeout in the profile or pass --sglang-startup-timeout=SECONDS",
             f"look at {look_at}: a hang there (NCCL init, a download) will not end by waiting longer",
-        ],
-    )
+        ])
 
 
 def attach_readiness(profile: Profile | None) -> Readiness:
@@ -140,12 +158,11 @@ def attach_server(url: str, *, profile: str, kind: str = "sglang", readiness: Re
     probe = Probe(server.root, readiness.probe_paths, auth_headers(api_key))
     template = StartupRecord(profile=profile, kind=kind, origin="attached", outcome="ready",
                              host=server.host, port=server.port)
-    wait = Wait(
-        template=template, timeout=timeout, started_at=time.monotonic(), probe=probe,
-        timeout_headline=lambda: (f"--sglang-url server does not answer GET {probe.path} with 200 at {url} "
-                                  f"(last answer: {probe.last or 'none'})"),
-        timeout_hints=lambda: ["start the server first, or drop --sglang-url to let the plugin launch it"],
-    )
+    wait = probe_startup(
+        Subject(template=template, started_at=time.monotonic()), probe=probe, timeout=timeout,
+        headline=lambda now: (f"--sglang-url server does not answer GET {probe.path} with 200 at {url} "
+                              f"(last answer: {probe.last or 'none'})"),
+        timeout_hints=lambda: ["start the server first, or drop --sglang-url to let the plugin launch it"])
     record = wait_for(wait, on_status=on_status, on_record=on_record)
     return ServerHandle(record, AttachedLiveness(profile, probe), api_key=api_key)
 

@@ -22,7 +22,16 @@ from pytest_sglang.launch.plan import LaunchPlan, base_url
 from pytest_sglang.launch.release import kill_and_release
 from pytest_sglang.server.handle import ServerHandle, WatchedPidLiveness
 from pytest_sglang.server.origins import start_server
-from pytest_sglang.server.ready import Probe, RecordCallback, StatusCallback, Wait, health_probe, ignore, wait_for
+from pytest_sglang.server.ready import (
+    Probe,
+    RecordCallback,
+    StatusCallback,
+    Subject,
+    health_probe,
+    ignore,
+    probe_startup,
+    wait_for,
+)
 from pytest_sglang.server.record import StartupRecord
 from pytest_sglang.watch import LogTail, LogWatcher
 
@@ -99,7 +108,8 @@ class KeptServers:
         record = kept.record.reused()
         paths = plan.readiness.probe_paths
         probe = Probe(base_url(record.host, record.port), paths, plan.headers) if paths else None
-        wait = Wait(template=record, timeout=REUSE_CHECK_SECONDS, started_at=time.monotonic(), probe=probe)
+        wait = probe_startup(Subject(template=record, started_at=time.monotonic()), probe=probe,
+                             timeout=REUSE_CHECK_SECONDS)
         try:
             record = wait_for(wait, on_status=ignore, on_record=ignore)
         except ServerStartupError:

@@ -2,7 +2,8 @@
 SLURM work (the srun step, its allocation, its teardown).
 
 The same readiness loop and log rules as a server launched here, once per node: rank 0's log and HTTP probe,
-and each other node as a Peer with its own log and its own /health. What differs is the process tree (a
+and each other node as a Peer with its own log and its own /health, composed whatever the profile's kind (a
+node nothing can ask is still awaited, so its silence names it). What differs is the process tree (a
 SlurmStep, srun here and its tasks on the nodes) and the liveness, which names the node that failed.
 """
 
@@ -12,7 +13,7 @@ import shlex
 import time
 import uuid
 import warnings
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from pytest_sglang.errors import (
     ProfileError,
@@ -34,7 +35,7 @@ from pytest_sglang.launch.slurm import (
     task_ends,
 )
 from pytest_sglang.server.handle import FAILURE_GRACE_SECONDS, LaunchedLiveness, ServerHandle
-from pytest_sglang.server.origins import failure_hints, startup_wait
+from pytest_sglang.server.origins import startup_wait
 from pytest_sglang.server.ready import (
     NodeEnd,
     Peer,
@@ -49,6 +50,8 @@ from pytest_sglang.server.record import StartupRecord
 from pytest_sglang.watch import LogTail, LogWatcher
 
 PEER_HEALTH_PATH = "/health"  # SGLang's ranks >= 1 serve this alone, on their own --port
+
+
 def launch_slurm_server(plan: LaunchPlan, *, on_status: StatusCallback = ignore,
                         on_record: RecordCallback = ignore) -> ServerHandle:
     """Launch the planned server on its profile's SLURM nodes and return once every node is ready; on any
@@ -90,9 +93,9 @@ def _wait_ready(plan: LaunchPlan, splan: SlurmPlan, step: SlurmStep, *, on_statu
                              pid=step.pid)
     wait = startup_wait(plan, template=template, process=step, watcher=watcher, base_url=base_url(reach, plan.port),
                         command=[shlex.join(splan.argv)],
-                        look_at=f"each node's log ({profile.name}.nodeN.log) and srun's ({splan.srun_log.name})")
-    wait = replace(wait, peers=peers, node=head.label, node_ends=lambda: _node_ends(step),
-                   failure_hints=lambda code, d: [*failure_hints(plan, code, d), *_srun_hints(splan)])
+                        look_at=f"each node's log ({profile.name}.nodeN.log) and srun's ({splan.srun_log.name})",
+                        peers=peers, node=head.label, ends=lambda: _node_ends(step),
+                        more_hints=lambda code, d: _srun_hints(splan))
     record = wait_for(wait, on_status=on_status, on_record=on_record)
     health = health_probe(plan, base_url(reach, plan.port))
     liveness = SlurmLiveness(profile=profile.name, process=step, watcher=watcher, health=health,
@@ -133,7 +136,7 @@ def _peer_health_path(plan: LaunchPlan) -> str | None:
     """What each node other than rank 0 answers on its own port once it is up: SGLang's ranks >= 1 serve
     /health; a generic command serves the profile's health_path on each node's own {port} where the profile
     sets one. vLLM's --headless nodes and a generic command without one (torchrun's other nodes) serve no
-    HTTP: such a node is awaited until rank 0 is ready, and named if it goes silent (server/ready.py)."""
+    HTTP: such a node is awaited until rank 0 is ready, and named if it goes silent (server/readiness/peers.py)."""
     if plan.sim or plan.kind.name == "sglang":
         return PEER_HEALTH_PATH
     if plan.kind.name == "generic" and plan.profile.health_path:

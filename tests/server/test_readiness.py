@@ -12,6 +12,8 @@ from pytest_sglang.config import Profile
 from pytest_sglang.config.kinds import GENERIC, SGLANG, VLLM
 from pytest_sglang.launch.plan import Readiness, plan_launch
 from pytest_sglang.server.origins import attach_readiness, startup_wait
+from pytest_sglang.server.readiness.log import ReadyLine
+from pytest_sglang.server.readiness.probe import HttpReady
 from pytest_sglang.server.record import StartupRecord
 from pytest_sglang.watch import LogWatcher
 
@@ -47,8 +49,10 @@ def test_the_plan_says_what_ready_is_and_the_loop_waits_on_that(profiles: dict[s
     wait = startup_wait(plan, template=template, process=SimpleNamespace(started_at=0.0),  # type: ignore[arg-type]
                         watcher=LogWatcher(plan.kind, started_at=0.0), base_url=plan.base_url, command=[],
                         look_at="the log")
-    assert wait.wait_for_line == (readiness.line is not None)
-    assert wait.probe is not None and wait.probe.paths == readiness.probe_paths
+    line = next(check for check in wait.checks if isinstance(check, ReadyLine))
+    assert line.awaited == (readiness.line is not None)
+    probes = [check.probe for check in wait.checks if isinstance(check, HttpReady)]
+    assert [probe.paths for probe in probes] == [readiness.probe_paths]
 
 
 def test_an_attached_servers_readiness_comes_from_its_kind_or_its_profile(profiles: dict[str, Profile]) -> None:

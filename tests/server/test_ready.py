@@ -16,7 +16,10 @@ from pytest_sglang.server.ready import (
     POLL_SECONDS,
     USAGE_EXIT_WAIT_SECONDS,
     Peer,
-    Wait,
+    Server,
+    Subject,
+    probe_startup,
+    server_startup,
     wait_for,
 )
 from pytest_sglang.server.record import StartupRecord
@@ -117,13 +120,25 @@ class Startup:
         return lambda: w.feed(list(lines), self.clock.now)
 
     def run(self, script: list[tuple[float, Event]], **wait: object) -> StartupRecord:
+        """Compose the startup as its origin would: ``watcher=None`` is a server not started here (its probe
+        alone); else a launched one, with ``peers``, ``node``, ``stall_timeout``, ``wait_for_line``."""
         self.clock = FakeClock(script)
         template = StartupRecord(profile="tiny", kind="sglang", origin="launched", outcome="ready",
                                  host="127.0.0.1", port=1, log_path=self.tmp / "rank0.log")
-        settings: dict[str, object] = {"timeout": 600.0, "process": self.tree, "watcher": self.watcher,
-                                       "probe": self.probe, "wait_for_line": True, **wait}
-        return wait_for(Wait(template=template, started_at=T0, **settings),  # type: ignore[arg-type]
-                        on_status=self.statuses.append, on_record=self.records.append, clock=self.clock,
+        settings: dict[str, object] = {"timeout": 600.0, "watcher": self.watcher, "wait_for_line": True, **wait}
+        watcher, timeout = settings.pop("watcher"), float(settings.pop("timeout"))  # type: ignore[arg-type]
+        if watcher is None:
+            assert not settings.pop("wait_for_line")  # no log of its own, so no line to wait for
+            startup = probe_startup(Subject(template=template, started_at=T0), probe=self.probe, timeout=timeout)
+        else:
+            server = Server(template=template, started_at=T0, node=str(settings.pop("node", "")),
+                            process=self.tree, watcher=watcher)  # type: ignore[arg-type]
+            startup = server_startup(server, timeout=timeout, probe=self.probe,
+                                     stall_timeout=settings.pop("stall_timeout", None),  # type: ignore[arg-type]
+                                     await_line=bool(settings.pop("wait_for_line")),
+                                     peers=settings.pop("peers", ()))  # type: ignore[arg-type]
+        assert not settings, f"not a setting of a startup: {settings}"
+        return wait_for(startup, on_status=self.statuses.append, on_record=self.records.append, clock=self.clock,
                         sleep=self.clock.sleep)
 
     def fails(self, script: list[tuple[float, Event]], **wait: object) -> ServerStartupError:
