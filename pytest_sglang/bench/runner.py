@@ -66,6 +66,7 @@ from pytest_sglang.bench.drive import ROUND_GAP_S, _drive, _run_coroutine, strea
 from pytest_sglang.bench.members import MemberScrapes
 from pytest_sglang.bench.metrics import BenchResult, combine_rounds, compute_metrics, failure_text, record_from_stream
 from pytest_sglang.bench.payloads import API_PATHS, Api, build_payload
+from pytest_sglang.bench.plan import _check, _Plan
 from pytest_sglang.bench.prompts import prepare_prompts
 from pytest_sglang.bench.selfcheck import LagStats, LoopLagProbe, judge_client
 from pytest_sglang.bench.server_metrics import RoundWitness
@@ -73,7 +74,7 @@ from pytest_sglang.bench.slo import check_slo
 from pytest_sglang.bench.spread import drive_spread
 from pytest_sglang.bench.stream import StreamResult
 from pytest_sglang.bench.telemetry import Telemetry
-from pytest_sglang.errors import BenchmarkError, BenchmarkFailedError
+from pytest_sglang.errors import BenchmarkFailedError
 
 __all__ = ["CLIENT_BOUND_BUSY", "MAX_CLIENT_PROCESSES", "ROUND_GAP_S", "ServerLike", "_run_coroutine",
            "expected_throughput", "run_bench", "spare_processes", "stream_one"]
@@ -102,50 +103,6 @@ class _Url:
     api_key: str | None = None
     kind: str = "generic"
     model: str | None = None
-
-
-@dataclass(frozen=True)
-class _Plan:
-    """What run_bench was asked, checked."""
-
-    api: Api
-    num_requests: int
-    concurrency: int | None
-    request_rate: float
-    input_len: int
-    output_len: int
-    ignore_eos: bool | None
-    warmup: int
-    seed: int
-    tokenizer: Any
-    prompts: Sequence[str | Sequence[int]] | None
-    model: str | None
-    extra_body: Mapping[str, Any] | None
-    timeout: float | None
-    profile: str | None
-    rounds: int
-    slo: dict[str, float] | None
-    server_metrics: bool
-    telemetry: bool
-    client_processes: int | None
-    cache: str
-    sweep: dict[str, Any] | None
-
-
-def _check(api: str, num_requests: int, input_len: int, output_len: int, concurrency: int | None, rounds: Any,
-           client_processes: Any) -> None:
-    if api not in API_PATHS:
-        raise BenchmarkError(f"api must be one of {', '.join(API_PATHS)}, got {api!r}")
-    if num_requests < 1 or input_len < 1 or output_len < 1:
-        raise BenchmarkError("num_requests, input_len and output_len must be at least 1")
-    if concurrency is not None and concurrency < 1:
-        raise BenchmarkError(f"concurrency must be at least 1 (or None for no cap), got {concurrency}")
-    if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
-        raise BenchmarkError(f"rounds must be an integer of at least 1, got {rounds!r}")
-    if client_processes is not None and (isinstance(client_processes, bool) or not isinstance(client_processes, int)
-                                         or client_processes < 1):
-        raise BenchmarkError(f"client_processes must be an integer of at least 1 (or None: chosen from the "
-                             f"self-check), got {client_processes!r}")
 
 
 def run_bench(
