@@ -2,7 +2,8 @@
 
 One module per job:
 
-* ``directions``: which way is better for each metric (``direction``), its unit and format, ``Tolerance``;
+* ``directions``: which way is better for each metric (``direction``, by bench/metric_table.py), its unit and
+  format, ``Tolerance``;
 * ``engine``: the one comparison engine, a module per rule over ``pytest_sglang.stats`` (``judge``: a
   figure or the samples of rounds against a reference, with a tolerance or a margin, significance before
   failure; ``judge_sessions``; the A/B rules behind ``compare_ab``), used by the baseline checks, by profile
@@ -10,8 +11,8 @@ One module per job:
 * ``ab``: two profiles' rounds of one workload, in an order that lets the host's drift cancel, and their
   verdict (``ABResult``);
 * ``store``: the baseline file (``BaselineStore``, ``Entry``, ``validate``), locked and replaced atomically;
-* ``checks``: ``compare()`` of a result with its baseline (``Check``, ``Comparison``), ``gate_of`` (passed,
-  regressed, not-judged) and the session's ``BaselineChecker``.
+* ``checks``: ``compare()`` of a result with its baseline (``Check``, ``Comparison``: ``outcome``), ``gate_of``
+  (passed, regressed, not-judged) and the session's ``BaselineChecker``.
 
 ``change_pct`` is the change of the figure itself, (current - baseline) / |baseline| * 100, everywhere; the
 status word (``regressed``, ``improved``) says whether it is worse or better.

@@ -19,11 +19,11 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from datetime import datetime
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
-from pytest_sglang.baseline.directions import Direction, Tolerance, direction, fmt_value
+from pytest_sglang.baseline.directions import Tolerance, direction, fmt_value
 from pytest_sglang.baseline.engine import (
     DEFAULT_CONFIDENCE,
     DEFAULT_MAX_CV_PCT,
@@ -35,12 +35,13 @@ from pytest_sglang.baseline.engine import (
     metric_value,
 )
 from pytest_sglang.baseline.engine.series import PastRun, judge_series
-from pytest_sglang.baseline.gate import STATUS_GATE, Gate, combine
+from pytest_sglang.baseline.gate import Gate, combine
+from pytest_sglang.baseline.outcome import Check, CheckStatus, Comparison
 from pytest_sglang.baseline.store import BaselineStore, Entry
+from pytest_sglang.bench.result import BenchResult
 from pytest_sglang.errors import BaselineError
 from pytest_sglang.machine.facts import Machine, detect_machine
 
-CheckStatus = Literal["ok", "regressed", "improved", "not-judged", "no-baseline", "missing"]
 # check() keywords that are settings of the gate, not metrics
 GATE_OPTIONS = ("max_cv", "confidence")
 NO_BASELINE_NOTE = "no baseline for "  # how the note of a check with nothing to compare with begins
@@ -48,97 +49,6 @@ NO_BASELINE_NOTE = "no baseline for "  # how the note of a check with nothing to
 
 class NotJudgedWarning(UserWarning):
     """A baseline check that could not judge (too noisy, client-bound, failed requests): it passed, unjudged."""
-
-
-@dataclass
-class Check:
-    """One metric compared with its baseline."""
-
-    metric: str
-    current: float | None  # the median of this run's rounds
-    baseline: float | None  # the median of the baseline's rounds
-    tolerance: Tolerance
-    direction: Direction
-    status: CheckStatus
-    change_pct: float | None = None  # the figure's own change vs the baseline in % (a slower startup: +)
-    message: str = ""
-    rounds: int = 1  # this run's samples of the metric
-    baseline_rounds: int = 0  # the baseline's (0: none); its sessions with method "sessions"
-    method: str | None = None  # "sessions" (past sessions' spread), "mann-whitney" (rounds on both sides) or
-    # "tolerance" (the tolerance alone)
-    sessions: int = 0  # the baseline's recording sessions of the metric (older files: 1)
-    p_value: float | None = None
-    ci_pct: tuple[float, float] | None = None
-    cv_pct: float | None = None
-    baseline_cv_pct: float | None = None
-    reason: str | None = None  # why it was not judged, or why the tolerance alone decided
-    detectable_pct: float | None = None  # the smallest change in the bad direction caught at 80 % (power.py)
-    history: str | None = None  # what the run history said of this metric (--sglang-history), where it did not fail
-    unconfirmed: bool = False  # ok, though past the tolerance and not significant: told as a note
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"metric": self.metric, "current": self.current, "baseline": self.baseline,
-                "tolerance": str(self.tolerance), "direction": self.direction, "status": self.status,
-                "change_pct": self.change_pct, "message": self.message, "rounds": self.rounds,
-                "baseline_rounds": self.baseline_rounds, "method": self.method, "p_value": self.p_value,
-                "ci_pct": list(self.ci_pct) if self.ci_pct else None, "cv_pct": self.cv_pct,
-                "baseline_cv_pct": self.baseline_cv_pct, "reason": self.reason, "sessions": self.sessions,
-                "detectable_pct": self.detectable_pct, "history": self.history}
-
-
-@dataclass
-class Comparison:
-    """All checks of one ``check()`` call, and what the test should make of them."""
-
-    profile: str
-    test_id: str
-    machine: Machine
-    entry: Entry | None
-    checks: list[Check] = field(default_factory=list)
-    recorded: bool = False
-    notes: list[str] = field(default_factory=list)
-    errors: list[str] = field(default_factory=list)  # failures other than regressions (strict, no baseline)
-    warnings: list[str] = field(default_factory=list)  # checks that could not be judged, and why
-
-    @property
-    def regressions(self) -> list[Check]:
-        return [c for c in self.checks if STATUS_GATE[c.status] == "regressed"]
-
-    @property
-    def not_judged(self) -> list[Check]:
-        return [c for c in self.checks if STATUS_GATE[c.status] == "not-judged"]
-
-    @property
-    def failed(self) -> bool:
-        return bool(self.regressions or self.errors)
-
-    def failure_message(self) -> str:
-        return "\n".join([c.message for c in self.regressions] + self.errors)
-
-    @property
-    def gate(self) -> Gate:
-        if self.recorded:
-            return "recorded"
-        if self.regressions:
-            return "regressed"
-        return "not-judged" if self.not_judged or self.errors else "passed"
-
-    @property
-    def gate_reason(self) -> str | None:
-        if self.gate == "regressed":
-            return "; ".join(c.message for c in self.regressions)
-        if self.gate == "not-judged":
-            return "; ".join(f"{c.metric}: {c.reason or c.status}" for c in self.not_judged) or "; ".join(
-                self.errors)
-        return None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"profile": self.profile, "test_id": self.test_id, "machine": self.machine.key,
-                "recorded": self.recorded,
-                "baseline_recorded_at": self.entry.recorded_at if self.entry else None,
-                "baseline_commit": self.entry.commit if self.entry else None,
-                "checks": [c.to_dict() for c in self.checks], "notes": list(self.notes),
-                "errors": list(self.errors), "gate": self.gate, "gate_reason": self.gate_reason}
 
 
 def _context(profile: str, entry: Entry) -> str:
@@ -224,17 +134,25 @@ def _epoch(iso: str | None) -> float | None:
 
 def infrastructure_problem(result: Any) -> str | None:
     """Why ``result``'s figures say nothing about the server: failed requests, or a client-bound run."""
+    if isinstance(result, BenchResult):
+        health = result.health
+        return _problem(result.failed, result.attempted, health.client_bound, health.client_bound_reason,
+                        health.client_busy)
+    # a server handle or a test's stand-in: whatever it has of these
     failed = getattr(result, "failed", 0) or 0
+    attempted = getattr(result, "attempted", None)
+    if isinstance(failed, (int, float)) and failed > 0 and not isinstance(attempted, int):
+        attempted = int(failed + (getattr(result, "completed", 0) or 0))
+    return _problem(failed, attempted, getattr(result, "client_bound", False),
+                    getattr(result, "client_bound_reason", None), getattr(result, "client_busy", None))
+
+
+def _problem(failed: Any, attempted: Any, client_bound: Any, reason: Any, busy: Any) -> str | None:
     if isinstance(failed, (int, float)) and failed > 0:
-        attempted = getattr(result, "attempted", None)
-        if not isinstance(attempted, int):
-            attempted = int(failed + (getattr(result, "completed", 0) or 0))
         return f"{int(failed)} of {attempted} requests failed"
-    if getattr(result, "client_bound", False):
-        reason = getattr(result, "client_bound_reason", None)
+    if client_bound:
         if isinstance(reason, str) and reason:
             return reason  # bench/selfcheck.py: the busy share or the event loop's lag, with the figures
-        busy = getattr(result, "client_busy", None)
         share = f" {busy:.0%} of the time" if isinstance(busy, (int, float)) else ""
         return (f"client-bound: the load generator's event loop was busy{share}, so the figures measure the "
                 "client, not the server")
@@ -267,53 +185,69 @@ def compare(
     samples = {m: metric_samples(result, m) for m in parsed}
     problem = infrastructure_problem(result)
     if update:
-        to_record = dict(samples)
-        for extra in also_record:
-            if extra not in to_record:
-                to_record[extra] = metric_samples(result, extra)
-        recorded = store.record(profile, test_id, machine, {k: v for k, v in to_record.items() if v}, commit=commit)
-        comp = Comparison(profile, test_id, machine, recorded, recorded=True)
-        shown = ", ".join(f"{k}={fmt_value(k, recorded.metrics[k])}" + (f" ({len(v)} rounds)" if len(v) > 1 else "")
-                          for k, v in to_record.items() if v)
-        comp.notes.append(f"recorded baseline for {profile} / {test_id} on {machine.key}: {shown}")
-        if problem:
-            comp.warnings.append(f"recorded although {problem}: re-record this baseline on a healthy run")
-        return comp
+        return _record(result, samples, also_record, store=store, profile=profile, test_id=test_id,
+                       machine=machine, commit=commit, problem=problem)
     entry = store.lookup(profile, test_id, machine)
     comp = Comparison(profile, test_id, machine, entry)
+    unmeasured = getattr(result, "unmeasured", None)
     for metric, tol in parsed.items():
-        baseline = entry.samples_of(metric) if entry else None
-        unmeasured = getattr(result, "unmeasured", None)
         why_none = unmeasured(metric) if callable(unmeasured) and not samples[metric] else None
-        check = compare_one(metric, samples[metric], baseline, tol, profile=profile, entry=entry,
-                            confidence=confidence, max_cv_pct=max_cv_pct, unjudged=why_none or problem,
-                            sessions=entry.sessions_of(metric) if entry else ())
+        check = compare_one(metric, samples[metric], entry.samples_of(metric) if entry else None, tol,
+                            profile=profile, entry=entry, confidence=confidence, max_cv_pct=max_cv_pct,
+                            unjudged=why_none or problem, sessions=entry.sessions_of(metric) if entry else ())
         if history is not None and check.current is not None and not (why_none or problem):
             judged = judge_series(metric, history(metric), check.current, tol, confidence=confidence,
                                   accepted_until=_epoch(entry.recorded_at) if entry else None)
             check = with_history(check, judged)
-        comp.checks.append(check)
-        if check.status == "improved" or (check.status == "ok" and check.unconfirmed):
-            comp.notes.append(check.message)
-        if check.status == "not-judged":
-            if strict or fail_not_judged:
-                option = "--sglang-baseline-strict" if strict else "--sglang-not-judged=fail"
-                comp.errors.append(f"{check.message} ({option} makes this a failure)")
-            else:
-                comp.warnings.append(check.message)
-    missing = [c for c in comp.checks if c.status == "no-baseline"]
-    if missing:
-        where = f"{profile} / {test_id} on {machine.key}"
-        others = [k for k in store.other_keys(profile, test_id) if k != machine.key]
-        hint = f" (the file has this test on: {'; '.join(others)})" if others else ""
-        names = ", ".join(c.metric for c in missing)
-        text = (f"{NO_BASELINE_NOTE}{names} of {where} in {store.path}{hint}; "
-                "run with --sglang-update-baseline to record one")
-        if strict:
-            comp.errors.append(f"{text} (--sglang-baseline-strict makes this a failure)")
-        else:
-            comp.notes.append(text)
+        _add(comp, check, fail=strict or fail_not_judged, option="--sglang-baseline-strict" if strict else
+             "--sglang-not-judged=fail")
+    _no_baseline(comp, store, strict=strict)
     return comp
+
+
+def _record(result: Any, samples: Mapping[str, list[float] | None], also_record: Iterable[str], *,
+            store: BaselineStore, profile: str, test_id: str, machine: Machine, commit: str | None,
+            problem: str | None) -> Comparison:
+    """``--sglang-update-baseline``: the figures (every round's) recorded instead of compared."""
+    to_record = dict(samples)
+    for extra in also_record:
+        if extra not in to_record:
+            to_record[extra] = metric_samples(result, extra)
+    recorded = store.record(profile, test_id, machine, {k: v for k, v in to_record.items() if v}, commit=commit)
+    comp = Comparison(profile, test_id, machine, recorded, recorded=True)
+    shown = ", ".join(f"{k}={fmt_value(k, recorded.metrics[k])}" + (f" ({len(v)} rounds)" if len(v) > 1 else "")
+                      for k, v in to_record.items() if v)
+    comp.notes.append(f"recorded baseline for {profile} / {test_id} on {machine.key}: {shown}")
+    if problem:
+        comp.warnings.append(f"recorded although {problem}: re-record this baseline on a healthy run")
+    return comp
+
+
+def _add(comp: Comparison, check: Check, *, fail: bool, option: str) -> None:
+    comp.checks.append(check)
+    if check.status == "improved" or (check.status == "ok" and check.unconfirmed):
+        comp.notes.append(check.message)
+    if check.status == "not-judged":
+        if fail:
+            comp.errors.append(f"{check.message} ({option} makes this a failure)")
+        else:
+            comp.warnings.append(check.message)
+
+
+def _no_baseline(comp: Comparison, store: BaselineStore, *, strict: bool) -> None:
+    missing = [c for c in comp.checks if c.status == "no-baseline"]
+    if not missing:
+        return
+    where = f"{comp.profile} / {comp.test_id} on {comp.machine.key}"
+    others = [k for k in store.other_keys(comp.profile, comp.test_id) if k != comp.machine.key]
+    hint = f" (the file has this test on: {'; '.join(others)})" if others else ""
+    names = ", ".join(c.metric for c in missing)
+    text = (f"{NO_BASELINE_NOTE}{names} of {where} in {store.path}{hint}; "
+            "run with --sglang-update-baseline to record one")
+    if strict:
+        comp.errors.append(f"{text} (--sglang-baseline-strict makes this a failure)")
+    else:
+        comp.notes.append(text)
 
 
 class Gated(Protocol):

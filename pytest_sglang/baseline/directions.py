@@ -1,11 +1,13 @@
 """What each metric means for a comparison: which way is better, its unit, how to show it, how much it may move.
 
-:func:`direction` knows which way is worse: higher is better for throughputs and the accept length, lower for
+:func:`direction` knows which way is worse from the metric table (bench/metric_table.py: every figure of a
+benchmark result, and a server handle's): higher is better for throughputs and the accept length, lower for
 latencies (``*_ms``), ``duration``, ``failed`` and ``startup_seconds``; of the GPU and server telemetry
 (bench/telemetry.py), tokens per joule, utilisation and SM clock are better higher, energy, power, memory,
-queue and KV-cache usage lower. A name it does not know raises BaselineError. :class:`Tolerance` is ``"5%"``
-(relative to the reference figure), an absolute amount in the metric's unit, or ``"3sigma"``: that many
-standard deviations of the baseline's rounds.
+queue and KV-cache usage lower. A name outside the table (a mapping's own figure) goes by its suffix
+(``*_throughput`` higher; ``*_ms``, ``*_seconds`` lower); one it does not know raises BaselineError.
+:class:`Tolerance` is ``"5%"`` (relative to the reference figure), an absolute amount in the metric's unit, or
+``"3sigma"``: that many standard deviations of the baseline's rounds.
 """
 
 from __future__ import annotations
@@ -13,21 +15,22 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
-from typing import Literal
 
+from pytest_sglang.bench.metric_table import METRICS, Direction
 from pytest_sglang.errors import BaselineError
 
-Direction = Literal["higher", "lower"]
+__all__ = ["Direction", "Tolerance", "direction", "fmt_value", "unit"]
 
-_HIGHER = re.compile(r"(^|_)throughput$|^accept_length$|^completed$|^concurrency$|^max_output_tokens_per_s$"
-                     r"|^goodput$|^slo_attainment$|^output_tokens_per_joule$|^gpu_util_mean_pct$|^gpu_sm_clock_mean_mhz$")
-_LOWER = re.compile(r"_ms$|^duration$|^failed$|^startup_seconds$|_seconds$|^chunk_count_mismatches$"
-                    r"|^gpu_energy_j$|^energy_per_output_token_j$|^gpu_power_mean_w$|^gpu_memory_peak_mib$"
-                    r"|^server_queue_mean$|^server_kv_usage_peak$")
+# A figure outside the metric table, by its name's suffix.
+_HIGHER = re.compile(r"(^|_)throughput$")
+_LOWER = re.compile(r"_ms$|_seconds$")
 
 
 def direction(metric: str) -> Direction:
     """Which way is better for ``metric``; raises BaselineError for a name whose direction is unknown."""
+    entry = METRICS.get(metric)
+    if entry is not None:
+        return entry.direction
     if _HIGHER.search(metric):
         return "higher"
     if _LOWER.search(metric):
@@ -42,20 +45,14 @@ def direction(metric: str) -> Direction:
 
 
 def unit(metric: str) -> str:
-    if metric in ("request_throughput", "goodput"):
-        return "req/s"
-    if metric.endswith("_throughput") or metric == "max_output_tokens_per_s":
+    entry = METRICS.get(metric)
+    if entry is not None:
+        return entry.unit
+    if metric.endswith("_throughput"):
         return "tok/s"
     if metric.endswith("_ms"):
         return "ms"
-    if metric.endswith("seconds") or metric == "duration":
-        return "s"
-    return _UNITS.get(metric, "")
-
-
-_UNITS = {"gpu_energy_j": "J", "energy_per_output_token_j": "J", "output_tokens_per_joule": "tok/J",
-          "gpu_util_mean_pct": "%", "gpu_memory_peak_mib": "MiB", "gpu_power_mean_w": "W",
-          "gpu_sm_clock_mean_mhz": "MHz"}
+    return "s" if metric.endswith("seconds") else ""
 
 
 def fmt_value(metric: str, value: float) -> str:

@@ -8,17 +8,21 @@ a server and returns a :class:`BenchResult`. One module per job:
   event timed as its bytes arrive;
 * ``client``: the synchronous ``Client`` for the calls a test makes one at a time;
 * ``prompts``: prompts of an exact token length (``make_prompts``, ``load_tokenizer``);
-* ``metrics``: ``RequestRecord``, ``BenchResult``, ``compute_metrics``, ``percentile`` (the definitions);
-  ``combine_rounds`` and ``Spread`` (rounds: medians and spread);
+* ``result``: ``BenchResult``, the frozen record of a run, and its typed parts (``ClientHealth``,
+  ``ServerWitness``, ``GpuTelemetry``, ``Speculative``), ``RequestRecord`` and ``Spread``; ``summary``: its
+  sglang.bench_serving printout; ``metric_table``: every metric a check may name, its direction, unit and part;
+* ``metrics``: ``compute_metrics``, ``percentile`` (the definitions) and ``combine_rounds`` (rounds: medians and
+  spread), each making a result once;
 * ``answers``: the shapes of what ``/generate`` and the OpenAI APIs answer, read in one place;
 * ``vocab``: which token ids the model has, learned before any id is sent;
 * ``selfcheck``: is the client the bottleneck of this round; ``server_metrics``: the server's /metrics as a witness;
 * ``outputs``: greedy outputs of a fixed prompt set, compared across profiles;
 * ``slo``: ``meets_slo`` and ``check_slo``: per-request limits, for goodput;
 * ``runner``: ``run_bench`` (warmup, rounds, concurrency, Poisson arrivals) and ``expected_throughput``;
+  ``drive``: the event loop's side of it (the warmup and each round's requests);
 * ``telemetry``: the server's GPUs (NVML or nvidia-smi, here or on its ssh host) and its /metrics gauges
   sampled during each round, and the figures drawn from them (energy per output token, utilisation, queue,
-  KV-cache usage);
+  KV-cache usage; ``energy``: the GPU figures' arithmetic);
 * ``spread``: the rounds over several processes, one event loop each, for a server faster than one loop;
 * ``sweep``: ``sweep`` (one result per concurrency or request rate: the curve, its knee) and ``search_slo``
   (the highest concurrency or rate that meets an SLO).

@@ -21,9 +21,12 @@ from __future__ import annotations
 import math
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pytest_sglang.bench.result import BenchResult
 
 SETTLE_S = 2.0  # how long the counters may trail the last response
 SETTLE_STEP_S = 0.1
@@ -285,9 +288,11 @@ class RoundWitness:
             self.expected.append(expect)
         self.snaps.append(snap)
 
-    def apply(self, rounds: list[Any]) -> list[str]:
-        """Set each round's ``server_*`` figures (and ``accept_length`` where the requests gave none)."""
-        problems = []
+    def apply(self, rounds: Sequence[BenchResult]) -> tuple[list[BenchResult], list[str]]:
+        """Each round with its ``server_*`` figures (and ``accept_length`` where the requests gave none), a new
+        result of each; and the disagreements that fail the run."""
+        problems: list[str] = []
+        out = list(rounds)
         for k, one in enumerate(rounds):
             if k + 1 >= len(self.snaps):
                 break
@@ -295,23 +300,20 @@ class RoundWitness:
             if before is None or after is None:
                 continue
             w = witness(before, after)
-            one.server_metrics = w.family
-            one.server_generation_tokens = w.generation_tokens
-            one.server_prompt_tokens = w.prompt_tokens
-            one.server_median_ttft_ms = w.median_ttft_ms
-            one.server_median_itl_ms = w.median_itl_ms
-            one.server_accept_length = w.accept_length
-            one.server_cached_tokens = w.cached_tokens
-            one.server_cache_hit_rate = w.cache_hit_rate
+            figures: dict[str, Any] = {
+                "server_metrics": w.family, "server_generation_tokens": w.generation_tokens,
+                "server_prompt_tokens": w.prompt_tokens, "server_median_ttft_ms": w.median_ttft_ms,
+                "server_median_itl_ms": w.median_itl_ms, "server_accept_length": w.accept_length,
+                "server_cached_tokens": w.cached_tokens, "server_cache_hit_rate": w.cache_hit_rate}
             if one.accept_length is None and w.accept_length is not None:
-                one.accept_length = w.accept_length
-                one.accept_length_source = "server_metrics"
+                figures.update(accept_length=w.accept_length, accept_length_source="server_metrics")
             expect = self.expected[k] if k < len(self.expected) else None
             if expect is not None:
-                out, inp, n = expect
-                why = disagreement(w, output_tokens=out, input_tokens=inp, requests=n)
+                out_tokens, inp, n = expect
+                why = disagreement(w, output_tokens=out_tokens, input_tokens=inp, requests=n)
                 if why:
                     where = f"round {k}: " if len(rounds) > 1 else ""
-                    one.server_disagreement = f"{where}the server's /metrics ({w.family}) counted {why}"
-                    problems.append(one.server_disagreement)
-        return problems
+                    figures["server_disagreement"] = f"{where}the server's /metrics ({w.family}) counted {why}"
+                    problems.append(figures["server_disagreement"])
+            out[k] = one.with_figures(**figures)
+        return out, problems

@@ -3,7 +3,7 @@ that meets an SLO. Knows nothing about pytest: ``bench`` is any callable that ru
 a BenchResult (``sglang_bench``, or ``functools.partial(run_bench, server)``).
 
 * :func:`sweep` runs ``bench(concurrency=c, ...)`` for each ``c`` (or ``request_rate=r``) and returns a
-  :class:`Sweep`: the points in load order, each tagged ``result.sweep = {"param", "value"}`` (the report
+  :class:`Sweep`: the points in load order, each tagged ``result.sweep == {"param", "value"}`` (the report
   draws the curve from that tag, and a baseline check keys each point apart: ``test_id@concurrency=4``);
 * :meth:`Sweep.knee`: the point where more load stops buying throughput and starts costing latency (the
   Kneedle rule: the largest gap between normalised throughput and normalised latency, :func:`knee_index`);
@@ -16,7 +16,7 @@ a BenchResult (``sglang_bench``, or ``functools.partial(run_bench, server)``).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from pytest_sglang.bench.metrics import BenchResult
@@ -122,12 +122,17 @@ def sweep(bench: BenchFn, *, concurrency: Sequence[int] | None = None,
     param, values = _load(concurrency, request_rate)
     curve = Sweep(param)
     for value in sorted(values):
-        result = bench(**{param: value}, **kwargs)
-        result.sweep = {"param": param, "value": value}
-        for r in result.rounds:
-            r.sweep = result.sweep
-        curve.points.append(result)
+        tag = {"param": param, "value": value}
+        curve.points.append(_tagged(bench(**{param: value}, sweep=tag, **kwargs), tag))
     return curve
+
+
+def _tagged(result: BenchResult, tag: dict[str, Any]) -> BenchResult:
+    """``result`` as a point of the sweep: run_bench makes it so (``sweep=``); a bench function that does not
+    gets a tagged copy."""
+    if result.sweep == tag and all(r.sweep == tag for r in result.rounds):
+        return result
+    return replace(result, sweep=tag, rounds=[replace(r, sweep=tag) for r in result.rounds])
 
 
 @dataclass
@@ -164,8 +169,8 @@ def search_slo(bench: BenchFn, *, slo: Mapping[str, float], concurrency: Sequenc
     lo, hi = -1, len(ordered)  # ordered[lo] meets the SLO, ordered[hi] does not (sentinels outside)
     while hi - lo > 1:
         mid = (lo + hi) // 2
-        result = bench(**{param: ordered[mid]}, slo=limits, **kwargs)
-        result.sweep = {"param": param, "value": ordered[mid]}
+        tag = {"param": param, "value": ordered[mid]}
+        result = _tagged(bench(**{param: ordered[mid]}, slo=limits, sweep=tag, **kwargs), tag)
         found.probes.append(result)
         if attainment(result, limits) >= attainment_min:
             lo, found.best, found.result = mid, ordered[mid], result

@@ -33,27 +33,30 @@ round's readings and GPUs), ``gpu_memory_peak_mib`` (the most any one GPU held),
 
 from __future__ import annotations
 
-import bisect
 import contextlib
 import ipaddress
 import math
 import os
-import statistics
 import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import psutil
 
 from pytest_sglang.bench.client import Client
+from pytest_sglang.bench.energy import _gpu_figures, _mean, _measured_window
+from pytest_sglang.bench.energy import _integral as _integral  # tests reach it here
 from pytest_sglang.bench.server_metrics import scrape
 from pytest_sglang.envknobs import GPU_QUERY_ENV, env_knobs
 from pytest_sglang.errors import RemoteError
 from pytest_sglang.launch.remote import RemoteServer
 from pytest_sglang.launch.remote_gpus import HostGpus
 from pytest_sglang.machine.gpus import SMI_TIMEOUT_SECONDS, GpuReader, GpuReading, gpu_processes, pick_gpus
+
+if TYPE_CHECKING:
+    from pytest_sglang.bench.result import BenchResult
 
 GPU_INTERVAL_S = 0.1
 SERVER_INTERVAL_S = 1 / 3
@@ -202,65 +205,6 @@ def open_gpus(*, pid: int | None, elsewhere: str | None, remote: RemoteServer | 
     return LocalGpus(reader, pid)
 
 
-def _at(points: Sequence[tuple[float, float]], times: Sequence[float], t: float) -> float:
-    """The piecewise-linear curve through ``points`` (time-sorted; ``times`` their times) at ``t``, the first and
-    last values held beyond them."""
-    k = bisect.bisect_right(times, t)
-    if k == 0:
-        return points[0][1]
-    if k == len(points):
-        return points[-1][1]
-    (t0, v0), (t1, v1) = points[k - 1], points[k]
-    return v0 + (v1 - v0) * (t - t0) / (t1 - t0) if t1 > t0 else v1
-
-
-def _integral(points: Sequence[tuple[float, float]], lo: float, hi: float) -> float:
-    """The integral over [lo, hi] of the piecewise-linear curve through ``points`` (time-sorted), the first and
-    last values held beyond them."""
-    if hi <= lo or not points:
-        return 0.0
-    times = [t for t, _ in points]
-    inside = points[bisect.bisect_right(times, lo):bisect.bisect_left(times, hi)]
-    knots = [(lo, _at(points, times, lo)), *inside, (hi, _at(points, times, hi))]
-    return sum((b - a) * (va + vb) / 2 for (a, va), (b, vb) in zip(knots, knots[1:], strict=False))
-
-
-def _counter_energy(samples: Sequence[tuple[float, Sequence[GpuReading]]], lo: float, hi: float) -> float | None:
-    """The energy in J over [lo, hi] from the GPUs' own counters, summed over the GPUs: each counter at ``hi``
-    minus at ``lo``, interpolated between the readings around them. None (the caller integrates the power)
-    where a GPU read in the round has no counter reading, its readings do not reach both edges, or its counter
-    went backwards (a driver reload resets it to zero; a wrap) or stood still while the GPU drew power."""
-    counters: dict[int, list[tuple[float, float]]] = {}
-    drawn: dict[int, float] = {}
-    seen: set[int] = set()
-    for t, readings in samples:
-        for r in readings:
-            seen.add(r.index)
-            if r.energy_mj is not None:
-                counters.setdefault(r.index, []).append((t, r.energy_mj))
-            if r.power_w:
-                drawn[r.index] = max(drawn.get(r.index, 0.0), r.power_w)
-    if hi <= lo or not seen or set(counters) != seen:
-        return None
-    total_mj = 0.0
-    for index, points in counters.items():
-        times = [t for t, _ in points]
-        if times[0] > lo or times[-1] < hi:
-            return None
-        if any(b < a for (_, a), (_, b) in zip(points, points[1:], strict=False)):
-            return None
-        used = _at(points, times, hi) - _at(points, times, lo)
-        if used <= 0 and drawn.get(index, 0.0) > 0:
-            return None
-        total_mj += used
-    return total_mj / 1000.0
-
-
-def _mean(values: Sequence[float | None]) -> float | None:
-    present = [v for v in values if v is not None]
-    return statistics.fmean(present) if present else None
-
-
 class Telemetry:
     """The runner's sampler: :meth:`round_started` / :meth:`round_ended` around each measured round, then
     :meth:`apply` writes each round's figures and :meth:`series` gives the time series; :meth:`close` at the
@@ -335,22 +279,26 @@ class Telemetry:
         if self._client is not None:
             self._client.close()
 
-    def apply(self, rounds: Sequence[Any]) -> None:
-        """Set each round's figures (metrics.GPU_FIGURES, SERVER_FIGURES) and why those left None are."""
+    def apply(self, rounds: Sequence[BenchResult]) -> list[BenchResult]:
+        """Each round with its figures (metrics.GPU_FIGURES, SERVER_FIGURES) and why those left None are, a new
+        result of each."""
         if self.server_unmeasured is None and not any(self.round_server):
             self.server_unmeasured = "the server's /metrics has none of the running/queued/KV-cache gauges"
+        out = []
         for k, one in enumerate(rounds):
-            one.gpu_unmeasured, one.server_unmeasured = self.gpu_unmeasured, self.server_unmeasured
-            if k >= len(self.round_gpu):
-                continue
-            lo, hi = _measured_window(one)
-            if self.gpu_unmeasured is None and self.round_gpu[k]:
-                _gpu_figures(one, self.round_gpu[k], lo, hi)
-            if self.server_unmeasured is None and self.round_server[k]:
-                gauges = [g for _, g in self.round_server[k]]
-                one.server_queue_mean = _mean([g.get("queued") for g in gauges])
-                kv = [g["kv_usage"] for g in gauges if "kv_usage" in g]
-                one.server_kv_usage_peak = max(kv) if kv else None
+            figures: dict[str, Any] = {"gpu_unmeasured": self.gpu_unmeasured,
+                                       "server_unmeasured": self.server_unmeasured}
+            if k < len(self.round_gpu):
+                lo, hi = _measured_window(one)
+                if self.gpu_unmeasured is None and self.round_gpu[k]:
+                    figures.update(_gpu_figures(one.total_output_tokens, self.round_gpu[k], lo, hi))
+                if self.server_unmeasured is None and self.round_server[k]:
+                    gauges = [g for _, g in self.round_server[k]]
+                    kv = [g["kv_usage"] for g in gauges if "kv_usage" in g]
+                    figures.update(server_queue_mean=_mean([g.get("queued") for g in gauges]),
+                                   server_kv_usage_peak=max(kv) if kv else None)
+            out.append(one.with_figures(**figures))
+        return out
 
     def series(self, rounds: Sequence[Any]) -> dict[str, Any] | None:
         """The report's ``telemetry``: seconds from the first round's start; None where nothing was sampled."""
@@ -387,30 +335,3 @@ class Telemetry:
             "gpu_unmeasured": self.gpu_unmeasured,
             "server_unmeasured": self.server_unmeasured,
         }
-
-
-def _measured_window(one: Any) -> tuple[float, float]:
-    """First request sent to last response done: the round's ``duration``."""
-    requests = getattr(one, "requests", None) or []
-    if not requests:
-        return 0.0, 0.0
-    return min(r.start for r in requests), max(r.start + r.latency for r in requests)
-
-
-def _gpu_figures(one: Any, samples: list[tuple[float, list[GpuReading]]], lo: float, hi: float) -> None:
-    power = [(t, sum(r.power_w for r in readings if r.power_w is not None)) for t, readings in samples
-             if any(r.power_w is not None for r in readings)]
-    readings = [r for _, rs in samples for r in rs]
-    counted = _counter_energy(samples, lo, hi)
-    if counted is not None or (power and hi > lo):
-        energy = counted if counted is not None else _integral(power, lo, hi)
-        one.gpu_energy_j = energy
-        one.gpu_energy_source = "counter" if counted is not None else "power_integral"
-        one.gpu_power_mean_w = energy / (hi - lo)
-        tokens = one.total_output_tokens
-        one.energy_per_output_token_j = energy / tokens if tokens else None
-        one.output_tokens_per_joule = tokens / energy if energy > 0 else None
-    one.gpu_util_mean_pct = _mean([r.util_pct for r in readings])
-    one.gpu_sm_clock_mean_mhz = _mean([r.sm_clock_mhz for r in readings])
-    memory = [r.memory_used_mib for r in readings if r.memory_used_mib is not None]
-    one.gpu_memory_peak_mib = max(memory) if memory else None

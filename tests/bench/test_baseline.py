@@ -137,10 +137,7 @@ def test_margins_are_the_same_engine_in_the_other_direction() -> None:
 
 
 def _result(**figures: float | None) -> BenchResult:
-    r = BenchResult()
-    for name, value in figures.items():
-        setattr(r, name, value)
-    return r
+    return BenchResult(**figures)
 
 
 def test_compare_profiles_changes_gains_and_messages() -> None:

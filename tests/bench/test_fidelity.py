@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from pytest_sglang.bench import BenchResult, expected_throughput, run_bench, runner
+from pytest_sglang.bench import BenchResult, drive, expected_throughput, run_bench
 from pytest_sglang.bench.client import Client
 from pytest_sglang.errors import BenchmarkError, BenchmarkFailedError, ServerRequestError
 from pytest_sglang.sim.engine import Pacing
@@ -154,7 +154,7 @@ class _SleepsRecorded:
 
 def test_poisson_rate_is_honoured(traced: Traced, monkeypatch: pytest.MonkeyPatch) -> None:
     recorded = _SleepsRecorded()
-    monkeypatch.setattr(runner, "asyncio", recorded)
+    monkeypatch.setattr(drive, "asyncio", recorded)  # the event loop side of the runner (bench/drive.py)
     r = run_bench(traced.server, num_requests=24, request_rate=40.0, input_len=8, output_len=5, warmup=8, seed=3)
     # the arrivals are the seed's Poisson process at 40/s, and no request left before its arrival: the gaps the
     # runner slept are the process's, each request's clock started once its gap had passed (a loaded runner

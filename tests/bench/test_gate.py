@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import statistics
 import warnings
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -35,10 +36,7 @@ FIVE = Tolerance(5.0, True)
 def rounds(values: list[float], **extra: object) -> BenchResult:
     per_round = []
     for v in values:
-        r = BenchResult(output_throughput=v, completed=8, median_ttft_ms=40.0)
-        for k, x in extra.items():
-            setattr(r, k, x)
-        per_round.append(r)
+        per_round.append(BenchResult(output_throughput=v, completed=8, median_ttft_ms=40.0, **extra))
     return combine_rounds(per_round)
 
 
@@ -226,14 +224,12 @@ def test_checker_options_warnings_and_sweep_point_keys(tmp_path: Path) -> None:
     store = BaselineStore(tmp_path / "b.json")
     checker = BaselineChecker(store, commit="abc1234")
     checker._machines[None] = M
-    point = rounds(BASE)
-    point.sweep = {"param": "concurrency", "value": 4}
+    point = replace(rounds(BASE), sweep={"param": "concurrency", "value": 4})
     recorder = BaselineChecker(store, update=True)
     recorder._machines[None] = M
     recorder.check(point, {"output_throughput": "5%"}, profile="p", test_id=T, server=None)
     assert f"{T}@concurrency=4" in json.loads(store.path.read_text())["baselines"]["p"]
-    wild = rounds([250.0, 400.0, 320.0, 200.0, 380.0])
-    wild.sweep = point.sweep
+    wild = replace(rounds([250.0, 400.0, 320.0, 200.0, 380.0]), sweep=point.sweep)
     with pytest.warns(NotJudgedWarning, match="too noisy to judge: CV 27.4%"):
         comp = checker.check(wild, {"output_throughput": "5%"}, profile="p", test_id=T, server=None)
     assert comp.gate == "not-judged" and not comp.failed

@@ -315,11 +315,10 @@ def _samples(counter: list[float | None], power: float = 300.0, index: int = 0) 
 
 
 def test_the_counter_is_read_at_the_windows_edges_and_summed_over_the_gpus() -> None:
-    one = SimpleNamespace(total_output_tokens=100)
     gpu0 = _samples([1_000_000, 1_400_000, 1_800_000, 2_200_000])  # 400 W by its counter, 300 W by its power
     gpu1 = _samples([9_000_000, 9_100_000, 9_200_000, 9_300_000], power=100.0, index=1)  # 100 W
     both = [(t, a + b) for (t, a), (_, b) in zip(gpu0, gpu1, strict=True)]
-    _gpu_figures(one, both, 0.5, 2.5)  # edges between readings: the counters interpolated there
+    one = SimpleNamespace(**_gpu_figures(100, both, 0.5, 2.5))  # edges between readings: the counters interpolated
     assert one.gpu_energy_source == "counter"
     assert one.gpu_energy_j == pytest.approx(2.0 * (400 + 100))
     assert one.gpu_power_mean_w == pytest.approx(500.0) and one.energy_per_output_token_j == pytest.approx(10.0)
@@ -335,8 +334,7 @@ def test_the_counter_is_read_at_the_windows_edges_and_summed_over_the_gpus() -> 
 def test_a_counter_that_cannot_be_trusted_over_the_round_falls_back_to_the_power_integral(
     counter: list[float | None], why: str
 ) -> None:
-    one = SimpleNamespace(total_output_tokens=100)
-    _gpu_figures(one, _samples(counter), 0.0, 3.0)
+    one = SimpleNamespace(**_gpu_figures(100, _samples(counter), 0.0, 3.0))
     if why == "one reading without it":  # a reading that missed the counter once: the others still bracket it
         assert one.gpu_energy_source == "counter" and one.gpu_energy_j == pytest.approx(900.0), why
         return
@@ -345,10 +343,10 @@ def test_a_counter_that_cannot_be_trusted_over_the_round_falls_back_to_the_power
 
 
 def test_a_gpu_without_a_counter_beside_one_with_makes_the_round_integrate_the_power() -> None:
-    one = SimpleNamespace(total_output_tokens=10)
     gpu0 = _samples([0, 400_000, 800_000, 1_200_000])
     gpu1 = _samples([None, None, None, None], power=100.0, index=1)
-    _gpu_figures(one, [(t, a + b) for (t, a), (_, b) in zip(gpu0, gpu1, strict=True)], 0.0, 3.0)
+    both = [(t, a + b) for (t, a), (_, b) in zip(gpu0, gpu1, strict=True)]
+    one = SimpleNamespace(**_gpu_figures(10, both, 0.0, 3.0))
     assert (one.gpu_energy_source, one.gpu_energy_j) == ("power_integral", pytest.approx(3.0 * 400.0))
 
 
