@@ -1,7 +1,9 @@
 """Configuration: profiles (load, extends, ${VAR}, validate) and kinds (each server's rules and log literals).
 
     kinds.py     Kind: how each server kind launches, says it is ready, and says it is failing (SGLANG, VLLM, ...)
-    profiles.py  Profile, ProfileSet, load_profiles; PROFILE_KEYS, the profile schema
+    profiles.py  Profile, ProfileSet, load_profiles
+    rules.py     what each key's value must be, and the fleet rule across keys
+    schema.py    KEYS (PROFILE_KEYS by name): the profile schema, every key written once
     slurm.py     SlurmSpec: a profile's `slurm` table
 
 The names load on first use: the log watcher needs the kinds alone, not the profile loader.

@@ -2,21 +2,20 @@
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import sys
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from difflib import get_close_matches
+from functools import partial
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from pytest_sglang.config.fleet import RoleSpec, RouterSpec, Topology, check_fleet, parse_role, parse_router, topology
-from pytest_sglang.config.kinds import KINDS
-from pytest_sglang.config.slurm import SlurmSpec, parse_slurm
+from pytest_sglang.config.fleet import RoleSpec, RouterSpec, Topology
+from pytest_sglang.config.schema import FIELD_KEYS, PROFILE_KEYS, field_values
+from pytest_sglang.config.slurm import SlurmSpec
 from pytest_sglang.errors import ProfileError
-from pytest_sglang.sim.config import FAULTS, KNOB_ENV, KnobError, Knobs, load_knobs
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -26,58 +25,13 @@ else:  # pragma: no cover - exercised on 3.10 only
 PYPROJECT_TABLE: tuple[str, ...] = ("tool", "pytest_sglang", "profiles")
 CONFIG_TABLE: tuple[str, ...] = ("profiles",)
 
-MergeRule = Literal["replace", "append", "update"]
-
-
-@dataclass(frozen=True)
-class Key:
-    """One profile key: the TOML types it takes, how an error describes it, and how a profile that `extends`
-    another merges it (a list appended, a table updated, the rest replaced). Its default is the Profile
-    field's of the same name."""
-
-    types: tuple[type, ...]
-    desc: str
-    merge: MergeRule = "replace"
-
-
-PROFILE_KEYS: dict[str, Key] = {
-    "kind": Key((str,), "a string: " + ", ".join(repr(k) for k in KINDS)),
-    "model": Key((str,), "a string (model path or name)"),
-    "args": Key((list,), "a list of strings", "append"),
-    "env": Key((dict,), "a table of strings", "update"),
-    "extends": Key((str,), "the name of another profile"),
-    "python": Key((str,), "a path to a Python interpreter"),
-    "command": Key((list,), "a list of strings"),
-    "startup_timeout": Key((int, float), "a number of seconds"),
-    "stall_timeout": Key((int, float), "a number of seconds"),
-    "shutdown_grace": Key((int, float), "a number of seconds"),
-    "ready_pattern": Key((str,), "a regular expression"),
-    "health_path": Key((str,), "an HTTP path such as '/health'"),
-    "host": Key((str,), "a host name or address"),
-    "port": Key((int,), "a port number"),
-    "sim": Key((dict,), "a table of simulator knobs", "update"),
-    "ssh": Key((str,), "an ssh destination such as 'user@host' or a Host alias of ~/.ssh/config"),
-    "ssh_options": Key((list,), "a list of extra ssh client arguments, e.g. ['-p', '2222']"),
-    "remote_log_dir": Key((str,), "a folder on the ssh host for the server's log"),
-    "gpus": Key((list,), "a list of GPU indices such as [0] or [0, 1], exported as CUDA_VISIBLE_DEVICES"),
-    "slurm": Key((dict,), "a table such as { nodes = 2, gpus_per_node = 8, partition = 'gpu', time = '02:00:00' }",
-                 "update"),
-    "cpus": Key((list, str), "CPU indices such as [0, 1, 2, 3] or a string such as '0-6' or '0-3,8'"),
-    "replicas": Key((int,), "an integer >= 1: data-parallel workers behind a router"),
-    "router": Key((dict,), "a table such as { python = '/opt/router/bin/python', args = ['--policy', 'round_robin'] }",
-                  "update"),
-    "prefill": Key((dict,), "a table such as { replicas = 1, args = [...], env = {...} }", "update"),
-    "decode": Key((dict,), "a table such as { replicas = 1, args = [...], env = {...} }", "update"),
-}
-SIM_KNOBS = frozenset(f.name for f in fields(Knobs))
-SIM_FAULTS = (None, *FAULTS)
-_CPU_RANGE = re.compile(r"^\s*(\d+)\s*(?:-\s*(\d+)\s*)?$")
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
 
 @dataclass(frozen=True)
 class Profile:
-    """One resolved profile: `extends` applied, `${VAR}` expanded, every value checked."""
+    """One resolved profile: `extends` applied, `${VAR}` expanded, every value checked. Its fields between
+    ``source`` and ``unset`` are the keys of config/schema.py with their defaults (tests/config holds it)."""
 
     name: str
     source: Path
@@ -288,19 +242,8 @@ class _Loader:
             hint = get_close_matches(key, list(PROFILE_KEYS), n=1)
             maybe = f" Did you mean {hint[0]!r}?" if hint else ""
             return f"{self.where(name, key)}: unknown key.{maybe} Known keys: {', '.join(PROFILE_KEYS)}."
-        types, desc = PROFILE_KEYS[key].types, PROFILE_KEYS[key].desc
-        if not isinstance(value, types) or isinstance(value, bool):
-            return f"{self.where(name, key)}: must be {desc}, got {value!r}."
-        checked: Any = value  # isinstance against a tuple variable narrows to `object`
-        if key in ("args", "command", "ssh_options") and not all(isinstance(v, (str, int, float)) for v in checked):
-            return f"{self.where(name, key)}: must be {desc}, got {value!r}."
-        if key == "gpus" and (not checked or len(set(checked)) != len(checked) or not all(
-                isinstance(g, int) and not isinstance(g, bool) and g >= 0 for g in checked)):
-            return (f"{self.where(name, key)}: {value!r} is not a list of distinct GPU indices; "
-                    "write e.g. gpus = [0] or gpus = [0, 1] (as nvidia-smi numbers them).")
-        if key == "env" and not all(isinstance(v, (str, int, float)) for v in checked.values()):
-            return f"{self.where(name, key)}: values must be strings, got {value!r}."
-        return None
+        problem = PROFILE_KEYS[key].problem(value)
+        return f"{self.where(name, key)}: {problem}" if problem else None
 
     def expand(self, name: str, key: str, value: Any) -> Any:
         if isinstance(value, str):
@@ -327,131 +270,19 @@ class _Loader:
         return _VAR.sub(sub, value)
 
     def build(self, name: str, merged: dict[str, Any]) -> Profile:
-        defaults = Profile(name=name, source=self.path)
-        kind = merged.get("kind", defaults.kind)
-        if kind not in KINDS:
-            raise ProfileError(
-                f"{self.where(name, 'kind')}: unknown kind {kind!r}; use one of {', '.join(map(repr, KINDS))}."
-            )
-        if kind == "generic" and not merged.get("command"):
-            raise ProfileError(f"{self.where(name, 'command')}: kind 'generic' needs a `command` to launch.")
-        for key in ("startup_timeout", "stall_timeout", "shutdown_grace"):
-            if key in merged and merged[key] <= 0:
-                raise ProfileError(f"{self.where(name, key)}: must be positive, got {merged[key]!r}.")
-        port = merged.get("port")
-        if port is not None and not 0 < port < 65536:
-            raise ProfileError(f"{self.where(name, 'port')}: {port} is not a TCP port (1-65535).")
-        if "ready_pattern" in merged:
-            try:
-                re.compile(merged["ready_pattern"])
-            except re.error as exc:
-                raise ProfileError(f"{self.where(name, 'ready_pattern')}: not a valid regex: {exc}.") from None
-        ssh = merged.get("ssh")
-        if ssh is not None and (not ssh.strip() or ssh.startswith("-") or any(c.isspace() for c in ssh)):
-            raise ProfileError(f"{self.where(name, 'ssh')}: {ssh!r} is not an ssh destination: give 'user@host' or "
-                               "a Host alias (ssh options go in `ssh_options`).")
-        if ssh is not None and "slurm" in merged:
-            raise ProfileError(f"{self.where(name, 'slurm')}: a profile runs either on an ssh host or through SLURM; "
-                               "drop `ssh` (srun reaches the nodes) or `slurm`.")
-        slurm = parse_slurm(self.where(name), merged["slurm"]) if "slurm" in merged else None
-        cpus = parse_cpus(self.where(name, "cpus"), merged["cpus"]) if "cpus" in merged else None
-        if cpus is not None and (ssh is not None or slurm is not None):
-            raise ProfileError(f"{self.where(name, 'cpus')}: `cpus` is applied to servers launched on this machine "
-                               f"only, not through {'ssh' if ssh is not None else 'SLURM'}; drop it, or pin the "
-                               "server in `command` (e.g. taskset -c 0-6 ...) on that host.")
-        gpus = merged.get("gpus")
-        if gpus is not None:
-            if "CUDA_VISIBLE_DEVICES" in merged.get("env", {}):
-                raise ProfileError(f"{self.where(name, 'gpus')}: the profile sets both `gpus` and "
-                                   "env.CUDA_VISIBLE_DEVICES; keep one (gpus is exported as CUDA_VISIBLE_DEVICES).")
-        sim = merged.get("sim", {})
-        for knob in sim:
-            if knob not in SIM_KNOBS:
-                raise ProfileError(
-                    f"{self.where(name, 'sim')}: unknown simulator knob {knob!r}. "
-                    f"Known: {', '.join(sorted(SIM_KNOBS))}."
-                )
-        if sim.get("fault") not in SIM_FAULTS:
-            raise ProfileError(
-                f"{self.where(name, 'sim')}: fault {sim['fault']!r} is not one of "
-                f"{', '.join(repr(f) for f in SIM_FAULTS if f)}."
-            )
-        try:
-            load_knobs(json.dumps(sim))
-        except KnobError as exc:
-            raise ProfileError(f"{self.where(name, 'sim')}: {str(exc).removeprefix(KNOB_ENV + ': ')}.") from None
-        fleet = topology(self.where(name), merged)
-        if fleet is not None:
-            check_fleet(self.where(name), merged)
-        if fleet == "pd" and kind != "sglang":
-            raise ProfileError(f"{self.where(name, 'kind')}: prefill/decode disaggregation is SGLang's; a "
-                               f"{kind!r} fleet takes `replicas` behind a router instead.")
-        if fleet is None and sim.get("fault_member") is not None:
-            raise ProfileError(f"{self.where(name, 'sim')}: fault_member names a member of a fleet, and profile "
-                               f"{name!r} is one server (no replicas, router or prefill/decode); drop it.")
-        return Profile(
-            name=name,
-            source=self.path,
-            kind=kind,
-            model=merged.get("model"),
-            args=tuple(str(a) for a in merged.get("args", ())),
-            env=dict(merged.get("env", {})),
-            python=merged.get("python"),
-            command=tuple(merged["command"]) if merged.get("command") else None,
-            startup_timeout=float(merged.get("startup_timeout", defaults.startup_timeout)),
-            stall_timeout=float(merged.get("stall_timeout", defaults.stall_timeout)),
-            shutdown_grace=float(merged.get("shutdown_grace", defaults.shutdown_grace)),
-            ready_pattern=merged.get("ready_pattern"),
-            health_path=merged.get("health_path"),
-            host=merged.get("host", defaults.host),
-            port=port,
-            sim=dict(sim),
-            ssh=ssh,
-            ssh_options=tuple(str(o) for o in merged.get("ssh_options", ())),
-            remote_log_dir=merged.get("remote_log_dir"),
-            gpus=tuple(int(g) for g in gpus) if gpus is not None else None,
-            slurm=slurm,
-            cpus=cpus,
-            replicas=merged.get("replicas", 1 if fleet == "router" else None),
-            router=parse_router(self.where(name), merged.get("router", {})) if fleet else None,
-            prefill=parse_role(self.where(name), "prefill", merged["prefill"]) if fleet == "pd" else None,
-            decode=parse_role(self.where(name), "decode", merged["decode"]) if fleet == "pd" else None,
-            unset=dict(self.unset.get(name, {})),
-        )
-
-
-def parse_cpus(where: str, value: Any) -> tuple[int, ...]:
-    """``[0, 1, 2]`` or ``"0-6"`` / ``"0-3,8"`` (taskset's list form) as sorted, distinct CPU indices."""
-    how = "write e.g. cpus = [0, 1, 2, 3] or cpus = \"0-6\" (CPU numbers as `nproc` and taskset count them)"
-    if isinstance(value, str):
-        cpus: list[int] = []
-        for part in value.split(","):
-            match = _CPU_RANGE.match(part)
-            low, high = (int(match.group(1)), int(match.group(2) or match.group(1))) if match else (0, -1)
-            if high < low:
-                raise ProfileError(f"{where}: {value!r} is not a CPU list ({part.strip()!r}); {how}.")
-            cpus += range(low, high + 1)
-    else:
-        cpus = [int(c) for c in value if str(c).isdigit()]
-        if len(cpus) != len(value):
-            raise ProfileError(f"{where}: {value!r} is not a list of CPU indices; {how}.")
-    if not cpus or len(set(cpus)) != len(cpus):
-        raise ProfileError(f"{where}: {value!r} is not a list of distinct CPU indices; {how}.")
-    return tuple(sorted(cpus))
+        values = field_values(name, merged, partial(self.where, name))
+        return Profile(name=name, source=self.path, **values, unset=dict(self.unset.get(name, {})))
 
 
 def _as_raw(profile: Profile) -> dict[str, Any]:
     """A resolved parent as the raw keys a child profile merges onto (only what the parent set)."""
-    defaults = Profile(name="", source=profile.source)
     raw: dict[str, Any] = {}
-    for key in PROFILE_KEYS:
-        if key == "extends":
-            continue
-        value = getattr(profile, key)
-        if value != getattr(defaults, key):
+    for key in FIELD_KEYS:
+        value = getattr(profile, key.name)
+        if value != key.default:
             if isinstance(value, (SlurmSpec, RoleSpec, RouterSpec)):
                 value = value.as_raw()
-            raw[key] = list(value) if isinstance(value, tuple) else value
+            raw[key.name] = list(value) if isinstance(value, tuple) else value
     return raw
 
 

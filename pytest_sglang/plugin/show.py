@@ -15,8 +15,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from pytest_sglang.config.profiles import Profile, load_profiles
+from pytest_sglang.config.schema import shown_rows
 from pytest_sglang.errors import (
-    SECRET_NAME,
     PluginError,
     ProfileError,
     redact,
@@ -114,15 +114,7 @@ def profile_lines(profile: Profile, settings: Settings) -> tuple[list[str], bool
         rows.append(("command", shlex.join(plan.argv)))
         rows.append(("listens on", f"{plan.host}:{plan.port}" + (
             "" if profile.port else " (the port is an example: a free one is chosen at each launch)")))
-    if profile.gpus is not None:
-        rows.append(("gpus", f"{', '.join(map(str, profile.gpus))} (CUDA_VISIBLE_DEVICES="
-                             f"{profile.launch_env['CUDA_VISIBLE_DEVICES']})"))
-    if profile.cpus is not None:
-        rows.append(("cpus", f"{', '.join(map(str, profile.cpus))} (the launched tree's CPU affinity)"))
-    rows.append(("env", " ".join(f"{name}={_shown(name, value)}" for name, value in profile.env.items())
-                 or "(none beyond pytest's own environment)"))
-    knobs = " ".join(f"{k}={v!r}" for k, v in profile.sim.items()) or "(defaults)"
-    rows.append(("sim knobs", knobs + ("" if settings.sim else " (used only with --sglang-sim)")))
+    rows += shown_rows(profile, settings.sim)
     if plan is not None:
         rows.append(("ready when", plan.readiness.describe()))
         rows.append(("alive while", f"GET {plan.health_path} answers 200" if plan.health_path
@@ -155,8 +147,7 @@ def _fleet_lines(profile: Profile, settings: Settings, problems: list[str],
     rows.append(("listens on", f"{fleet.router.plan.host}:{fleet.router.plan.port} (the router; "
                  + ("its port is fixed by the profile" if profile.port else "every port is an example: free ones "
                     "are chosen at each launch") + ")"))
-    rows.append(("env", " ".join(f"{name}={_shown(name, value)}" for name, value in profile.env.items())
-                 or "(none beyond pytest's own environment)"))
+    rows += shown_rows(profile, settings.sim, fleet=True)
     first = fleet.servers[0].plan
     rows.append(("ready when", f"every server is ready ({first.readiness.describe()}), then the router's GET "
                                f"/readiness answers 200 counting {len(fleet.servers)} healthy"))
@@ -180,7 +171,3 @@ def _srun_line(plan: LaunchPlan) -> str:
     ports = ",".join(map(str, splan.ports))
     return (f"{shlex.join(splan.argv)}  [{where}; node N listens on port N of {ports}, logs "
             f"{splan.node_log(0).name} ... {splan.node_log(splan.spec.nodes - 1).name}]")
-
-
-def _shown(name: str, value: str) -> str:
-    return "***" if SECRET_NAME.search(name) else shlex.quote(value)
