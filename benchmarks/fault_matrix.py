@@ -593,14 +593,16 @@ ROWS = [
         "tests/test_scale.py::test_a_silent_hang_fails_at_the_stall_timeout_not_the_hard_cap", silent_hang),
     Row("dies-mid-session", "the server dies mid-session (its scheduler crashes after a request)", "sim",
         "tests/test_lifecycle.py::test_server_dying_mid_session_fails_later_tests_with_its_traceback; "
-        "tests/test_tree_members.py::test_a_rank_killed_mid_session_fails_the_next_test_naming_it", dies_mid_session),
+        "tests/launch/test_tree_members.py::test_a_rank_killed_mid_session_fails_the_next_test_naming_it",
+        dies_mid_session),
     Row("gpu-held", "GPU memory still held after the tree is killed (fake nvidia-smi on PATH)", "sim",
-        "tests/test_release.py::test_session_teardown_waits_for_the_gpus_and_says_who_still_holds_one", gpu_held),
+        "tests/launch/test_release.py::test_session_teardown_waits_for_the_gpus_and_says_who_still_holds_one",
+        gpu_held),
     Row("secrets", "secrets in args (--api-key) and env (HF_TOKEN), printed by the server in its crash",
         "fault_server leak",
         "tests/test_lifecycle.py::test_api_key_never_reaches_the_terminal; "
-        "tests/test_private_logs.py::test_excerpts_are_redacted_in_errors_and_the_report; "
-        "tests/test_show.py (env); tests/test_fault_matrix.py::test_matrix_row[secrets] (env values the server "
+        "tests/launch/test_private_logs.py::test_excerpts_are_redacted_in_errors_and_the_report; "
+        "tests/plugin/test_show.py (env); tests/test_fault_matrix.py::test_matrix_row[secrets] (env values the server "
         "prints)", secrets),
 ]
 

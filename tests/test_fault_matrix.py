@@ -1,8 +1,8 @@
 """The rows of the fault matrix (benchmarks/fault_matrix.py, docs/reliability.md) that no other test covers, run
 as the matrix runs them: a real pytest run through the plugin each, the user's line checked, 0 processes left.
 
-The other rows cite their tests in docs/reliability.md (tests/test_lifecycle.py, test_scale.py, test_release.py,
-test_tree_members.py, test_private_logs.py, test_show.py)."""
+The other rows cite their tests in docs/reliability.md (tests/test_lifecycle.py, test_scale.py,
+launch/test_release.py, launch/test_tree_members.py, launch/test_private_logs.py, plugin/test_show.py)."""
 
 from __future__ import annotations
 

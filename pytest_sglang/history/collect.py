@@ -12,7 +12,7 @@ from pytest_sglang.baseline.checks import infrastructure_problem
 from pytest_sglang.baseline.directions import direction
 from pytest_sglang.baseline.store import workload_key
 from pytest_sglang.errors import BaselineError
-from pytest_sglang.history.store import BenchRecord, RunRecord
+from pytest_sglang.history.records import BenchRecord, RunRecord
 
 if TYPE_CHECKING:
     from pytest_sglang.session import ABEntry

@@ -17,7 +17,7 @@ from typing import Any
 
 from pytest_sglang.baseline.directions import direction
 from pytest_sglang.baseline.engine import change_pct
-from pytest_sglang.history.store import Row
+from pytest_sglang.history.records import Row
 
 # The figures searched for steps by default: the headline throughputs and latencies. Every tracked figure is
 # stored; ask for others with ``metrics=``.

@@ -8,5 +8,5 @@
     logdir.py   private logs, old ones pruned (who holds GPU memory: pytest_sglang.machine.gpus)
     remote.py   an ssh host (remote_agent.py runs there, ssh_errors.py reads ssh's stderr, remote_gpus.py reads
                 its GPUs through the agent)
-    slurm.py    the srun step over SLURM nodes
+    slurm.py    the srun step over SLURM nodes (srun_log.py reads what srun said: its cause, each task's end)
 """

@@ -3,7 +3,8 @@
 Not imported on the host: launch/remote.py sends this file's source over ssh's stdin and the host's python runs
 it (``python -c BOOTSTRAP pytest-sglang MODE``), so the host needs no pytest-sglang, only a Python 3.7+ and
 its standard library. The first stdin line is this source (as a JSON string), the second the mode's spec
-(JSON). Nothing here passes through a shell: the server's argv and environment arrive as JSON.
+(JSON). Nothing here passes through a shell: the server's argv and environment arrive as JSON. Hence one file,
+whatever its length: what the host runs is exactly this source, and it can import nothing of the plugin's.
 
 Modes:
     supervise  start the server in its own session (setsid) with its log in a file and an owner token in its
@@ -133,8 +134,9 @@ def _lines(stream: Any, out: queue.Queue[bytes | None]) -> None:
     out.put(None)
 
 
-def supervise(spec: dict[str, Any]) -> int:
-    token, grace_eof = spec["token"], float(spec.get("eof_grace", EOF_GRACE))
+def _launch(spec: dict[str, Any]) -> tuple[subprocess.Popen[bytes], str] | int:
+    """The server started in its own session, its log in a file: it and the log's path, or the exit code
+    after an "error" event (its port taken here, no log, no executable)."""
     log_dir = os.path.expanduser(spec.get("log_dir") or os.path.join(tempfile.gettempdir(),
                                                                      f"pytest-sglang-{os.getuid()}", "remote"))
     log_path = os.path.join(log_dir, spec["log_name"])
@@ -153,7 +155,7 @@ def supervise(spec: dict[str, Any]) -> int:
     except OSError as exc:
         emit("error", kind="log", message=f"cannot write the log {log_path}: {exc.strerror}")
         return 3
-    env = {**os.environ, **spec["env"], OWNER_ENV: token, "PYTHONUNBUFFERED": "1"}
+    env = {**os.environ, **spec["env"], OWNER_ENV: spec["token"], "PYTHONUNBUFFERED": "1"}
     try:
         server = subprocess.Popen(spec["argv"], stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                   env=env, start_new_session=True, close_fds=True)
@@ -162,6 +164,15 @@ def supervise(spec: dict[str, Any]) -> int:
         return 3
     finally:
         log.close()
+    return server, log_path
+
+
+def supervise(spec: dict[str, Any]) -> int:
+    token, grace_eof = spec["token"], float(spec.get("eof_grace", EOF_GRACE))
+    launched = _launch(spec)
+    if isinstance(launched, int):
+        return launched
+    server, log_path = launched
     stop: list[str] = []
 
     def on_signal(signum: int, _frame: object) -> None:

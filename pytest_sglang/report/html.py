@@ -71,7 +71,7 @@ def _bars(report: dict[str, Any]) -> str:
 def _nice_step(top: float, ticks: int = 5) -> float:
     """A round tick step (1, 2 or 5 times a power of ten) that covers ``top`` in about ``ticks`` steps."""
     raw = max(top, 1e-9) / ticks
-    power = 10 ** math.floor(math.log10(raw))
+    power: float = 10 ** math.floor(math.log10(raw))
     return next(m * power for m in (1, 2, 5, 10) if m * power >= raw)
 
 
@@ -82,8 +82,8 @@ def sweep_svg(test: str, curves: Sequence[tuple[str, dict[str, Any]]]) -> str:
     pts = [p for _, c in curves for p in c["points"]]
     x_step = _nice_step(max([p[CURVE_X] for p in pts] + [1.0]))
     y_step = _nice_step(max([p[CURVE_Y] for p in pts] + [1.0]))
-    x_hi = x_step * math.ceil(max([p[CURVE_X] for p in pts] + [1.0]) * 1.05 / x_step)
-    y_hi = y_step * math.ceil(max([p[CURVE_Y] for p in pts] + [1.0]) * 1.08 / y_step)
+    x_hi: float = x_step * math.ceil(max([p[CURVE_X] for p in pts] + [1.0]) * 1.05 / x_step)
+    y_hi: float = y_step * math.ceil(max([p[CURVE_Y] for p in pts] + [1.0]) * 1.08 / y_step)
 
     def px(x: float) -> float:
         return left + x / x_hi * (width - left - right)

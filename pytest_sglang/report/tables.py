@@ -32,7 +32,7 @@ def _delta(bench: dict[str, Any], metric: str = "output_throughput") -> str:
 
 
 def _test_label(bench: dict[str, Any]) -> str:
-    name = bench["test_id"].rsplit("::", 1)[-1]
+    name: str = bench["test_id"].rsplit("::", 1)[-1]
     point = bench["result"].get("sweep")
     if point:
         short = {"concurrency": "c", "request_rate": "rate"}.get(point["param"], point["param"])

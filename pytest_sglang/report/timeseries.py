@@ -17,7 +17,7 @@ Line = tuple[str, Sequence[float], Sequence[float | None]]  # label, times, valu
 
 def _step(top: float) -> float:
     raw = max(top, 1e-9) / 4
-    power = 10 ** math.floor(math.log10(raw))
+    power: float = 10 ** math.floor(math.log10(raw))
     return next(m * power for m in (1, 2, 5, 10) if m * power >= raw)
 
 

@@ -13,7 +13,10 @@ sglang-router in front of simulators (data-parallel workers, or prefill/decode m
 
 Modules: config (flags and knobs), logfmt (SGLang's line format), engine (tokens and their schedule), drift
 (the host's speed: a factor per pytest run, one per server instance, a wander within the run), server (main
-process and HTTP), worker (scheduler and detokenizer children), replay (log replayer), router (the router).
+process; nodes: its links to other nodes and the prefill's KV bootstrap), handler (the endpoints; http_base: the
+wire and one generation's run, openai_api: the OpenAI endpoints), worker (scheduler and detokenizer children),
+replay (log replayer), router (the router: router_cli its flags, log lines and panics, router_http its endpoints
+and forwarding).
 """
 
 from __future__ import annotations

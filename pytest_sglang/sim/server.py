@@ -34,30 +34,11 @@ from pytest_sglang.sim.engine import (
     sleep_until,
 )
 from pytest_sglang.sim.handler import VERSION, WARMUP_HEADER, Handler
-from pytest_sglang.sim.logfmt import Logger, rank_prefix, write_raw
+from pytest_sglang.sim.logfmt import Logger, rank_prefix
 from pytest_sglang.sim.metrics import Metrics, tokenize
+from pytest_sglang.sim.nodes import join_nodes, start_bootstrap_server
 from pytest_sglang.sim.prefix import PrefixCache
 from pytest_sglang.sim.trace import RequestTrace
-
-_SITE = "/usr/local/lib/python3.12/dist-packages"
-BOOTSTRAP_TRACEBACK = [  # SGLang's bootstrap server binding its port in its own thread (aiohttp's TCPSite)
-    "Traceback (most recent call last):",
-    f'  File "{_SITE}/sglang/srt/disaggregation/common/conn.py", line 1126, in _run_server',
-    "    self._loop.run_until_complete(self._runner.setup())",
-    f'  File "{_SITE}/sglang/srt/disaggregation/common/conn.py", line 1131, in _run_server',
-    "    self._loop.run_until_complete(site.start())",
-    '  File "/usr/lib/python3.12/asyncio/base_events.py", line 691, in run_until_complete',
-    "    return future.result()",
-    "           ^^^^^^^^^^^^^^^",
-    f'  File "{_SITE}/aiohttp/web_runner.py", line 121, in start',
-    "    self._server = await loop.create_server(",
-    "                   ^^^^^^^^^^^^^^^^^^^^^^^^^",
-    '  File "/usr/lib/python3.12/asyncio/base_events.py", line 1536, in create_server',
-    "    sock.bind(sa)",
-]
-
-
-JOIN_WAIT_LOG_SECONDS = 2.0  # rank 0 logs "waiting for N more node(s)" this often while a node has not joined
 
 
 class SimHTTPServer(ThreadingHTTPServer):
@@ -183,69 +164,11 @@ class SimServer:
         self.httpd.sim = self
 
     def start_bootstrap_server(self) -> bool:
-        """A prefill member's CommonKVBootstrapServer: a real TCP listener on --disaggregation-bootstrap-port
-        (the decode members and the router reach the prefill's KV through it). A taken port fails the launch as
-        SGLang's does: the bind error's traceback, exit 1."""
-        host, port = self.args.host, self.args.disaggregation_bootstrap_port
-        try:
-            family = socket.AF_INET6 if ":" in host else socket.AF_INET
-            sock = socket.socket(family, socket.SOCK_STREAM)
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            sock.bind((host, port))
-            sock.listen(64)
-        except OSError as exc:
-            sock.close()
-            write_raw("".join(line + "\n" for line in ["Exception in thread Thread-1 (_run_server):",
-                                                        *BOOTSTRAP_TRACEBACK,
-                                                        f"OSError: [Errno {exc.errno}] {exc.strerror}"]))
-            return False
-        self.bootstrap = sock
-        threading.Thread(target=self.serve_bootstrap, args=(sock,), daemon=True).start()
-        self.log.line(f"CommonKVBootstrapServer started successfully on {host}:{port}")
-        return True
-
-    @staticmethod
-    def serve_bootstrap(sock: socket.socket) -> None:
-        """Accept and close: the simulator moves no KV cache, a decode member only needs the port to answer."""
-        while True:
-            try:
-                conn, _ = sock.accept()
-            except OSError:
-                return
-            conn.close()
+        self.bootstrap = start_bootstrap_server(self.args.host, self.args.disaggregation_bootstrap_port, self.log)
+        return self.bootstrap is not None
 
     def join_nodes(self) -> None:
-        """Rank 0 waits for every other node to connect to --dist-init-addr before it loads (torch's TCPStore
-        rendezvous); a node >= 1 connects there first, retrying as torch does, or under fault "hang" never does."""
-        assert self.args.dist_init_addr is not None
-        host, _, port = self.args.dist_init_addr.rpartition(":")
-        self.log.line("Init torch distributed begin.")
-        if self.args.node_rank == 0:
-            listener = socket.create_server((host.strip("[]"), int(port)))
-            listener.settimeout(JOIN_WAIT_LOG_SECONDS)
-            while len(self.peers) < self.args.nnodes - 1:
-                try:
-                    conn, _ = listener.accept()
-                except TimeoutError:  # as torch's store-based barrier does: rank 0 is not silent while it waits
-                    self.log.line(f"Init torch distributed: waiting for {self.args.nnodes - 1 - len(self.peers)} "
-                                  "more node(s)")
-                    continue
-                conn.settimeout(None)
-                conn.recv(64)
-                self.peers.append(conn)
-            listener.close()
-            return
-        if self.knobs.fault == "hang":
-            while True:
-                time.sleep(3600)
-        while True:
-            try:
-                conn = socket.create_connection((host.strip("[]"), int(port)), timeout=2.0)
-                break
-            except OSError:
-                time.sleep(0.2)
-        conn.sendall(f"rank {self.args.node_rank}\n".encode())
-        self.peers.append(conn)
+        join_nodes(self.args, self.knobs, self.log, self.peers)
 
     def spawn_children(self, ranks_end: float) -> None:
         base = {

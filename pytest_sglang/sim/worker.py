@@ -159,6 +159,18 @@ class Scheduler:
             self.log.line("KV Cache is allocated. #tokens: 834615, K size: 0.81 GB, V size: 0.81 GB")
         self.until(0.53)
         self.log.line("Memory pool end. avail mem=14.61 GB")
+        self.capture_graphs(r0, spec)
+        self.until(0.96)
+        if r0:
+            self.log.line(
+                f"max_total_num_tokens=834615, chunked_prefill_size=8192, max_prefill_tokens=16384, "
+                f"max_running_requests={self.knobs.get('max_batch', 64)}, "
+                f"context_len={sa.get('context_length', 32768)}, available_gpu_mem=11.85 GB"
+            )
+        self.until(1.0)
+
+    def capture_graphs(self, r0: bool, spec: bool) -> None:
+        """The CUDA graph captures, the draft model's two after the target's under speculative decoding."""
         self.until(0.55)
         self.log.line("Capture cuda graph begin. This can take up to several minutes. avail mem=13.95 GB")
         begin = self.elapsed()
@@ -185,14 +197,6 @@ class Scheduler:
             took = self.elapsed() - begin
             self.log.line(f"Capture draft extend cuda graph end. Time elapsed: {took:.2f} s. "
                           "mem usage=0.20 GB. avail mem=11.85 GB.")
-        self.until(0.96)
-        if r0:
-            self.log.line(
-                f"max_total_num_tokens=834615, chunked_prefill_size=8192, max_prefill_tokens=16384, "
-                f"max_running_requests={self.knobs.get('max_batch', 64)}, "
-                f"context_len={sa.get('context_length', 32768)}, available_gpu_mem=11.85 GB"
-            )
-        self.until(1.0)
 
     def bar(self, desc: str, total: int, start: float, end: float, *, shard_style: bool) -> None:
         """A tqdm bar on stderr: updates separated by \\r and no newline until it closes (sglang 0.5.23)."""

@@ -262,19 +262,7 @@ class RootCauseExtractor:
 
         orphan = self._orphan.get(key)
         if FRAME.match(body):
-            if orphan is not None and orphan.code is not None and orphan.lines_since <= 2:
-                # exception line, code line, frame: the log runs backwards
-                del self._orphan[key]
-                cause = orphan.cause
-                cause.tier = min(cause.tier, _TIER_TRACEBACK)
-                cause.frames.append((stripped, orphan.code))
-                self._put(self._reversed, key, Reversed(cause))
-                return True
-            self._orphan.pop(key, None)
-            # a traceback whose header was cut off
-            tb = OpenTraceback(False, deque(maxlen=self.max_frames))
-            self._put(self._open, key, tb)
-            return self._feed_forward(key, tb, body, stripped)
+            return self._stray_frame(key, orphan, body, stripped)
 
         if orphan is not None:
             orphan.lines_since += 1
@@ -283,6 +271,26 @@ class RootCauseExtractor:
             if orphan.lines_since > 2:
                 del self._orphan[key]
 
+        return self._loose_line(key, level, body, stripped)
+
+    def _stray_frame(self, key: str, orphan: Orphan | None, body: str, stripped: str) -> bool:
+        """A frame line outside any open traceback: a traceback read backwards, or one whose header was cut off."""
+        if orphan is not None and orphan.code is not None and orphan.lines_since <= 2:
+            # exception line, code line, frame: the log runs backwards
+            del self._orphan[key]
+            cause = orphan.cause
+            cause.tier = min(cause.tier, _TIER_TRACEBACK)
+            cause.frames.append((stripped, orphan.code))
+            self._put(self._reversed, key, Reversed(cause))
+            return True
+        self._orphan.pop(key, None)
+        # a traceback whose header was cut off
+        tb = OpenTraceback(False, deque(maxlen=self.max_frames))
+        self._put(self._open, key, tb)
+        return self._feed_forward(key, tb, body, stripped)
+
+    def _loose_line(self, key: str, level: str | None, body: str, stripped: str) -> bool:
+        """A line in no traceback: an exception line on its own, a usage error, a module the interpreter lacks."""
         exc = exception_line(body, strong=True)
         if exc is not None:
             orphan_cause = self._add_cause(exc, key, _TIER_ORPHAN)

@@ -385,7 +385,7 @@ def test_2_after_the_kill(sglang_server):
 
 
 # A launch of its own (115 s on this shared 2-core VM): past the CI budget, so run on demand with
-# PYTEST_SGLANG_KILL_CHECK=1. The order the GPU host showed is reproduced in CI by tests/test_tree_members.py.
+# PYTEST_SGLANG_KILL_CHECK=1. The order the GPU host showed is reproduced in CI by tests/launch/test_tree_members.py.
 @pytest.mark.skipif(not os.environ.get("PYTEST_SGLANG_KILL_CHECK"),
                     reason="its own SGLang launch: set PYTEST_SGLANG_KILL_CHECK=1 to run it")
 def test_sglang_scheduler_killed_mid_session_is_named_first(tmp_path: Path, tiny_models: TinyModels,

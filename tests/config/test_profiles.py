@@ -121,7 +121,7 @@ def test_missing_config_file(tmp_path: Path) -> None:
 def test_the_readme_lists_every_profile_key_with_the_defaults_and_merge_rules_the_schema_has() -> None:
     from pytest_sglang.config.profiles import PROFILE_KEYS, Profile
 
-    readme = (Path(__file__).parents[1] / "README.md").read_text(encoding="utf-8")
+    readme = (Path(__file__).parents[2] / "README.md").read_text(encoding="utf-8")
     table = readme.split("### Profile keys", 1)[1].split("\n\n", 2)[1]
     rows = {key: line for line in table.splitlines()[2:] for key in re.findall(r"`(\w+)`", line.split("|")[1])}
     assert set(rows) == set(PROFILE_KEYS)
