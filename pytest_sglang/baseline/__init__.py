@@ -22,8 +22,6 @@ from __future__ import annotations
 
 from pytest_sglang.baseline.checks import (
     BaselineChecker,
-    Check,
-    Comparison,
     NotJudgedWarning,
     compare,
     compare_one,
@@ -42,6 +40,7 @@ from pytest_sglang.baseline.engine import (
     metric_samples,
     metric_value,
 )
+from pytest_sglang.baseline.outcome import Check, Comparison
 from pytest_sglang.baseline.store import DEFAULT_FILENAME, FORMAT, VERSION, BaselineStore, Entry, validate
 from pytest_sglang.envknobs import MACHINE_ENV
 from pytest_sglang.machine.facts import Machine, detect_machine, git_commit

@@ -121,7 +121,7 @@ class ABResult:
             for one in rounds:
                 says = getattr(one, "unmeasured", None)  # a BenchResult; a test's stand-in may not say
                 if callable(says) and (why := says(metric)):
-                    return why
+                    return str(why)
         return None
 
     def check(self, **tolerances: str | float) -> ABComparison:

@@ -25,7 +25,7 @@ STATUS_GATE: dict[str, Gate] = {"ok": "passed", "improved": "passed", "regressed
 
 def rank(gate: str | None) -> int:
     """Where ``gate`` stands, 0 the worst; None (nothing checked) after every gate."""
-    return ORDER.index(gate) if gate in ORDER else len(ORDER)  # type: ignore[arg-type]
+    return ORDER.index(gate) if gate in ORDER else len(ORDER)
 
 
 def worst(gates: Iterable[Gate | None]) -> Gate | None:

@@ -3,7 +3,6 @@ into fail, skip and junit properties. The session's work is the Harness's.
 
     fixtures.py     sglang_server, sglang_bench, sglang_outputs, sglang_baseline, sglang_results, sglang_ab
     settings.py     every option and its help text, once; the Settings read from them
-    show.py         --sglang-show
     distributed.py  pytest-xdist: the run folder to the workers, their ledgers back to the controller
     nodes.py        a failure showing the plugin's message alone; the harness's errors as a test's outcome
 """
@@ -52,7 +51,7 @@ def pytest_cmdline_main(config: pytest.Config) -> int | None:
     if conflict:
         raise pytest.UsageError(conflict)
     if config.getoption("sglang_show"):
-        from pytest_sglang.plugin.show import show_profiles
+        from pytest_sglang.harness.show import show_profiles
 
         return show_profiles(settings_of(config), print)
     if not config.getoption("sglang_stop"):

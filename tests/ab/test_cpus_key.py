@@ -12,8 +12,8 @@ from helpers import marked_processes, profile_toml, wait_for_no_processes
 from pytest_sglang.config.profiles import load_profiles
 from pytest_sglang.errors import ProfileError
 from pytest_sglang.harness.settings import Settings
+from pytest_sglang.harness.show import profile_lines
 from pytest_sglang.launch.plan import plan_launch
-from pytest_sglang.plugin.show import profile_lines
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="no CPU affinity on this platform")
 LAST_CPU = max(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 0

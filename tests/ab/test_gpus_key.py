@@ -9,8 +9,8 @@ import pytest
 from pytest_sglang.config.profiles import load_profiles
 from pytest_sglang.errors import ProfileError
 from pytest_sglang.harness.settings import Settings
+from pytest_sglang.harness.show import profile_lines
 from pytest_sglang.launch.plan import plan_launch
-from pytest_sglang.plugin.show import profile_lines
 
 
 def profiles(tmp_path: Path, body: str) -> Path:

@@ -22,6 +22,7 @@ from pytest_sglang.errors import (
     redact,
     register_env_secrets,
 )
+from pytest_sglang.harness.settings import Settings
 from pytest_sglang.launch.logdir import state_dir
 from pytest_sglang.launch.plan import (
     NOT_NEEDED_BY_SIM,
@@ -31,7 +32,6 @@ from pytest_sglang.launch.plan import (
     real_launch_problems,
     register_profile_secrets,
 )
-from pytest_sglang.plugin.settings import Settings
 
 USAGE_ERROR = 4  # pytest.ExitCode.USAGE_ERROR
 PREFIX = "pytest-sglang --sglang-show:"
