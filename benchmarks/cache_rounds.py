@@ -3,8 +3,9 @@
     python benchmarks/cache_rounds.py [--repeats 3] [--sglang-python PY] [--out results.json]
 
 Run by hand (a few minutes on a 2-core CPU). One real SGLang server (CPU, the tests' tiny random-weight model,
-the flags of tests/integration/realservers.py plus --enable-metrics, a KV pool of 16384 tokens) is launched with
-the plugin's own ``launch_server``; on it, ``run_bench(rounds=3, input_len=960, ...)`` runs ``--repeats`` times in
+the flags of tests/integration/realservers.py plus --enable-metrics, a KV pool of 16384 tokens) is launched as a
+user's script would (a profile, ``pytest_sglang.Harness``); on it, ``harness.bench(server, rounds=3, input_len=960,
+...)`` runs ``--repeats`` times in
 each of the modes fresh, flush and warm (in turn: fresh, flush, warm, fresh, flush, warm, ...), each run on an
 emptied cache (flushed before it: "flush" and "warm" send the same seeded prompts). Then a second server with
 ``--disable-radix-cache`` runs the same workload in "warm" mode (the same prompts every round, no cache to
@@ -30,11 +31,12 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from pytest_sglang.bench import Client, run_bench  # noqa: E402
-from pytest_sglang.bench.cache import flush_prefix_cache  # noqa: E402
-from pytest_sglang.config.profiles import Profile  # noqa: E402
-from pytest_sglang.launch.plan import plan_launch  # noqa: E402
-from pytest_sglang.server import launch_server  # noqa: E402
+from real_harness import RealProfile, harness_for  # noqa: E402
+
+from pytest_sglang import Harness  # noqa: E402
+from pytest_sglang.bench import Client  # noqa: E402
+from pytest_sglang.bench.cache import flush_prefix_cache  # noqa: E402  # a run starts on an empty cache
+from pytest_sglang.server import ServerHandle  # noqa: E402
 
 SGLANG_PYTHON = Path(os.environ.get("PYTEST_SGLANG_SGLANG_PYTHON", "/work/servers/sglang/bin/python"))
 TINY_MODEL = REPO / "tests/integration/tiny_model.py"
@@ -55,21 +57,19 @@ def make_model(python: Path, work: Path) -> Path:
     return out
 
 
-def launch(python: Path, model: Path, work: Path, name: str, extra: tuple[str, ...] = ()):  # noqa: ANN201
+def profiles(python: Path, model: Path) -> dict[str, RealProfile]:
     env = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "SGLANG_USE_CPU_ENGINE": "1",
            "PYTHONPATH": str(STUB_DIR)}
-    profile = Profile(name=name, source=work / "bench.toml", kind="sglang", model=str(model), python=str(python),
-                      args=(*SERVER_ARGS, *extra), env=env, startup_timeout=900.0)
-    log_dir = work / f"launch-{name}"
-    log_dir.mkdir()
-    return launch_server(plan_launch(profile, sim=False, log_dir=log_dir))
+    one = {"kind": "sglang", "model": str(model), "python": str(python), "env": env}
+    return {"radix": RealProfile(**one, args=SERVER_ARGS),
+            "no-radix": RealProfile(**one, args=(*SERVER_ARGS, "--disable-radix-cache"))}
 
 
-def one_run(handle, mode: str) -> dict:  # noqa: ANN001
-    with Client(handle.base_url) as client:
+def one_run(harness: Harness, server: ServerHandle, mode: str) -> dict:
+    with Client(server.base_url) as client:
         flush_prefix_cache(client, "sglang")  # every run starts from an empty cache: "warm" repeats the prompts
     load = os.getloadavg()[0]
-    r = run_bench(handle, cache=mode, **WORKLOAD)
+    r = harness.bench(server, cache=mode, **WORKLOAD)
     per = r.rounds
     return {"mode": mode, "load": load, "ttft_ms": [x.median_ttft_ms for x in per],
             "hit_rate": [x.server_cache_hit_rate for x in per], "cached_tokens": [x.server_cached_tokens for x in per],
@@ -107,18 +107,17 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="cache-rounds-") as tmp:
         work = Path(tmp)
         model = make_model(args.sglang_python, work)
-        for name, extra, modes in (("radix", (), MODES), ("no-radix", ("--disable-radix-cache",), ("warm",))):
-            handle = launch(args.sglang_python, model, work, name, extra)
-            try:
-                for i in range(args.repeats):
-                    for mode in modes:
-                        run = one_run(handle, mode)
-                        run["label"] = mode if name == "radix" else "warm, --disable-radix-cache"
-                        run["repeat"] = i
-                        show(run, run["label"])
-                        runs.append(run)
-            finally:
-                handle.close()
+        with harness_for(work, profiles(args.sglang_python, model)) as harness:
+            harness.start()
+            for name, modes in (("radix", MODES), ("no-radix", ("warm",))):
+                with harness.server(name) as server:
+                    for i in range(args.repeats):
+                        for mode in modes:
+                            run = one_run(harness, server, mode)
+                            run["label"] = mode if name == "radix" else "warm, --disable-radix-cache"
+                            run["repeat"] = i
+                            show(run, run["label"])
+                            runs.append(run)
     print()
     for line in table(runs):
         print(line)

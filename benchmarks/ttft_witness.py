@@ -2,10 +2,11 @@
 
     python benchmarks/ttft_witness.py --python .ci-cache/servers/sglang/bin/python [--rounds 4]
 
-SGLang (the tiny model of tests/integration/tiny_model.py) is launched once with ``--enable-metrics`` and
+SGLang (the tiny model of tests/integration/tiny_model.py) is launched once, as a user's script would (a
+profile, ``pytest_sglang.Harness``; real_harness.py), with ``--enable-metrics`` and
 TTFT/ITL histogram buckets 2 ms wide up to 200 ms (``--bucket-time-to-first-token``; the default buckets
 start at 100 ms, too coarse to tell 20 ms from 30 ms). Then, interleaved and alternating who goes first, each
-round runs ours (``run_bench``, native /generate, which scrapes /metrics around its round itself), ours
+round runs ours (``harness.bench``, native /generate, which scrapes /metrics around its round itself), ours
 again with a new connection for every request (``fresh``: what sglang.bench_serving does, which opens an
 aiohttp ClientSession, so a TCP connection, per request inside its TTFT clock) and ``python -m
 sglang.bench_serving --backend sglang`` (native /generate, random-ids), this script scraping /metrics around
@@ -35,38 +36,33 @@ sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO / "tests" / "integration"))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
-from realservers import SERVER_ARGS, TINY_MODEL  # noqa: E402
-from vs_peer_bench import machine, peer, server_env  # noqa: E402
+from real_harness import harness_for  # noqa: E402
+from realservers import TINY_MODEL  # noqa: E402
+from vs_peer_bench import machine, peer, real_profile  # noqa: E402
 
-from pytest_sglang.bench import run_bench  # noqa: E402
+from pytest_sglang import Harness  # noqa: E402
 from pytest_sglang.bench.client import Client  # noqa: E402
-from pytest_sglang.bench.server_metrics import scrape, witness  # noqa: E402
-from pytest_sglang.config.profiles import Profile  # noqa: E402
-from pytest_sglang.launch.plan import plan_launch  # noqa: E402
-from pytest_sglang.server import ServerHandle, launch_server  # noqa: E402
+from pytest_sglang.bench.server_metrics import scrape, witness  # noqa: E402  # the peer's round, witnessed
+from pytest_sglang.server import ServerHandle  # noqa: E402
 
 BUCKETS = [round(0.002 * i, 3) for i in range(1, 101)] + [0.25, 0.3, 0.4, 0.5, 0.75, 1, 2, 5, 10]
 
 
-def launch(python: str, model: Path, workdir: Path) -> ServerHandle:
-    args = (*SERVER_ARGS["sglang"], "--enable-metrics", "--bucket-time-to-first-token", *map(str, BUCKETS),
-            "--bucket-inter-token-latency", *map(str, BUCKETS))
-    profile = Profile(name="sglang-ttft", source=workdir / "none.toml", kind="sglang", model=str(model),
-                      args=tuple(args), env=server_env("sglang"), python=python, startup_timeout=900)
-    plan = plan_launch(profile, sim=False, log_dir=workdir)
-    print(f"launching sglang: log {plan.log_path}", flush=True)
-    return launch_server(plan, on_status=lambda s: print(s, flush=True))
+WITH_FINE_BUCKETS = ("--enable-metrics", "--bucket-time-to-first-token", *map(str, BUCKETS),
+                     "--bucket-inter-token-latency", *map(str, BUCKETS))
 
 
-def run_ours(server: ServerHandle, w: dict[str, int], seed: int, fresh: bool = False) -> dict[str, Any]:
+def run_ours(harness: Harness, server: ServerHandle, w: dict[str, int], seed: int, fresh: bool = False
+             ) -> dict[str, Any]:
     import functools
 
-    from pytest_sglang.bench import runner, stream
+    from pytest_sglang.bench import drive, stream
 
-    # fresh: a pool that keeps no connection, so every request connects anew, as the peer's do
-    runner.ConnectionPool = functools.partial(stream.ConnectionPool, limit=0) if fresh else stream.ConnectionPool
-    r = run_bench(server, num_requests=w["n"], concurrency=w["c"], input_len=w["input_len"],
-                  output_len=w["output_len"], api="generate", ignore_eos=True, warmup=0, seed=seed)
+    # fresh: a pool that keeps no connection, so every request connects anew, as the peer's do (no user option
+    # asks for that: the experiment swaps the pool the benchmark's event loop opens)
+    drive.ConnectionPool = functools.partial(stream.ConnectionPool, limit=0) if fresh else stream.ConnectionPool
+    r = harness.bench(server, num_requests=w["n"], concurrency=w["c"], input_len=w["input_len"],
+                      output_len=w["output_len"], api="generate", ignore_eos=True, warmup=0, seed=seed)
     return {"ttft": r.median_ttft_ms, "server_ttft": r.server_median_ttft_ms, "tok_s": r.output_throughput,
             "itl": r.median_itl_ms, "server_itl": r.server_median_itl_ms, "tokens": r.total_output_tokens,
             "server_tokens": r.server_generation_tokens}
@@ -98,23 +94,23 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="ttft-witness-"))
     model = work / "model"
     subprocess.run([args.python, str(TINY_MODEL), str(model)], check=True, capture_output=True)
-    server = launch(args.python, model, work)
     rows: list[tuple[int, str, dict[str, Any], float]] = []
-    try:
-        run_ours(server, w, seed=1000)  # warm-up rounds, not counted
-        run_peer(server, args.python, model, w, 1001, work)
-        for k in range(args.rounds):
-            order = ("ours", "fresh", "peer") if k % 2 == 0 else ("peer", "fresh", "ours")
-            for who in order:
-                seed = 3 * k + order.index(who)
-                if who == "peer":
-                    fig = run_peer(server, args.python, model, w, seed, work)
-                else:
-                    fig = run_ours(server, w, seed, fresh=who == "fresh")
-                rows.append((k + 1, who, fig, os.getloadavg()[0]))
-                print(k + 1, who, fig, flush=True)
-    finally:
-        server.close()
+    profile = real_profile("sglang", args.python, model, WITH_FINE_BUCKETS)
+    with harness_for(work, {"sglang-ttft": profile}) as harness:
+        harness.start()
+        with harness.server("sglang-ttft") as server:
+            run_ours(harness, server, w, seed=1000)  # warm-up rounds, not counted
+            run_peer(server, args.python, model, w, 1001, work)
+            for k in range(args.rounds):
+                order = ("ours", "fresh", "peer") if k % 2 == 0 else ("peer", "fresh", "ours")
+                for who in order:
+                    seed = 3 * k + order.index(who)
+                    if who == "peer":
+                        fig = run_peer(server, args.python, model, w, seed, work)
+                    else:
+                        fig = run_ours(harness, server, w, seed, fresh=who == "fresh")
+                    rows.append((k + 1, who, fig, os.getloadavg()[0]))
+                    print(k + 1, who, fig, flush=True)
     names = {"ours": "sglang_bench", "fresh": "sglang_bench, a connection per request",
              "peer": "sglang.bench_serving"}
     print(f"\n{machine()}; {w}\n")

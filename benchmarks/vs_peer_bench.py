@@ -3,11 +3,12 @@
     python benchmarks/vs_peer_bench.py --server vllm   --python /work/venvs/vllm/bin/python
     python benchmarks/vs_peer_bench.py --server sglang --python /work/venvs/sglang/bin/python
 
-The server (the tiny model of tests/integration/tiny_model.py, or --model PATH) is launched once with the
-plugin's own core. Then both clients run the same workload (request count, concurrency, input and output
-lengths, ignore_eos, random token-id prompts, all requests at once behind the concurrency cap):
+The server (the tiny model of tests/integration/tiny_model.py, or --model PATH) is launched once as a user's
+script would (a profile, ``pytest_sglang.Harness``; real_harness.py). Then both clients run the same workload
+(request count, concurrency, input and output lengths, ignore_eos, random token-id prompts, all requests at once
+behind the concurrency cap):
 
-* ours: pytest_sglang.bench.run_bench, i.e. what the sglang_bench fixture returns (in this process);
+* ours: ``harness.bench``, i.e. what the sglang_bench fixture returns (in this process);
 * the peer: `vllm bench serve` (vllm.benchmarks.serve, --backend openai, /v1/completions) for vLLM, or
   `python -m sglang.bench_serving --backend sglang` (native /generate, dataset random-ids) for SGLang; ours
   uses the same endpoint as the peer.
@@ -43,12 +44,11 @@ sys.path.insert(0, str(REPO / "tests"))  # helpers.py, which realservers.py impo
 sys.path.insert(0, str(REPO / "tests" / "integration"))
 
 import psutil  # noqa: E402
+from real_harness import RealProfile, harness_for  # noqa: E402
 from realservers import SERVER_ARGS, STUB_DIR, TINY_MODEL  # noqa: E402
 
-from pytest_sglang.bench import run_bench  # noqa: E402
-from pytest_sglang.config.profiles import Profile  # noqa: E402
-from pytest_sglang.launch.plan import plan_launch  # noqa: E402
-from pytest_sglang.server import ServerHandle, launch_server  # noqa: E402
+from pytest_sglang import Harness  # noqa: E402
+from pytest_sglang.server import ServerHandle  # noqa: E402
 
 METRICS = ("output_throughput", "median_ttft_ms", "median_itl_ms")
 VLLM_BENCH = ("import argparse, sys\nfrom vllm.benchmarks.serve import add_cli_args, main\n"
@@ -64,18 +64,15 @@ def server_env(kind: str) -> dict[str, str]:
     return env
 
 
-def launch(kind: str, python: str, model: Path, workdir: Path) -> ServerHandle:
-    profile = Profile(name=f"{kind}-peer", source=workdir / "none.toml", kind=kind, model=str(model),
-                      args=tuple(SERVER_ARGS[kind]), env=server_env(kind), python=python, startup_timeout=900)
-    plan = plan_launch(profile, sim=False, log_dir=workdir)
-    print(f"launching {kind}: log {plan.log_path}", flush=True)
-    return launch_server(plan, on_status=lambda s: print(s, flush=True))
+def real_profile(kind: str, python: str, model: Path, extra: tuple[str, ...] = ()) -> RealProfile:
+    return RealProfile(kind=kind, model=str(model), python=python, args=(*SERVER_ARGS[kind], *extra),
+                       env=server_env(kind))
 
 
-def ours(server: ServerHandle, w: dict[str, int], seed: int) -> dict[str, Any]:
+def ours(harness: Harness, server: ServerHandle, w: dict[str, int], seed: int) -> dict[str, Any]:
     api = "generate" if server.kind == "sglang" else "completions"
-    r = run_bench(server, num_requests=w["n"], concurrency=w["c"], input_len=w["input_len"],
-                  output_len=w["output_len"], api=api, ignore_eos=True, warmup=0, seed=seed)
+    r = harness.bench(server, num_requests=w["n"], concurrency=w["c"], input_len=w["input_len"],
+                      output_len=w["output_len"], api=api, ignore_eos=True, warmup=0, seed=seed)
     return {"output_throughput": r.output_throughput, "median_ttft_ms": r.median_ttft_ms,
             "median_itl_ms": r.median_itl_ms, "total_output_tokens": r.total_output_tokens,
             "total_input_tokens": r.total_input_tokens, "completed": r.completed, "duration": r.duration}
@@ -146,6 +143,32 @@ def machine() -> str:
     return f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}, {platform.system()}"
 
 
+def rounds(harness: Harness, server: ServerHandle, args: argparse.Namespace, w: dict[str, int], model: Path,
+           workdir: Path, peer_name: str) -> list[dict[str, Any]]:
+    print(f"ready in {server.startup_seconds:.1f} s; warm-up round (not counted)", flush=True)
+    ours(harness, server, w, seed=10_000)
+    peer(server, args.python, model, w, seed=10_000, workdir=workdir)
+    header = f"{'round':>5} {'client':<22} {'out tok/s':>10} {'TTFT p50 ms':>12} {'ITL p50 ms':>11} " \
+             f"{'out tokens':>10} {'load1':>6} {'client CPU s':>12}"
+    print(header, flush=True)
+    rows: list[dict[str, Any]] = []
+    for r in range(args.rounds):
+        order = ("ours", "peer") if r % 2 == 0 else ("peer", "ours")
+        for who in order:
+            load = os.getloadavg()[0]
+            t0, cpu0 = time.monotonic(), client_cpu()
+            fig = ours(harness, server, w, seed=r) if who == "ours" else peer(server, args.python, model, w, seed=r,
+                                                                                workdir=workdir)
+            fig.update(round=r + 1, client=who, load1=load, wall=time.monotonic() - t0,
+                       client_cpu_s=client_cpu() - cpu0)
+            rows.append(fig)
+            name = "sglang_bench (ours)" if who == "ours" else peer_name
+            print(f"{r + 1:>5} {name:<22} {fig['output_throughput']:>10.1f} {fig['median_ttft_ms']:>12.1f} "
+                  f"{fig['median_itl_ms']:>11.2f} {fig['total_output_tokens']:>10} {load:>6.2f} "
+                  f"{fig['client_cpu_s']:>12.2f}", flush=True)
+    return rows
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--server", choices=("vllm", "sglang"), required=True)
@@ -169,35 +192,16 @@ def main() -> int:
         subprocess.run([args.python, str(TINY_MODEL), str(model)], check=True, capture_output=True)
     peer_name = "vllm bench serve" if args.server == "vllm" else "sglang.bench_serving"
     print(f"machine: {machine()}\nworkload: {w}, ignore_eos, random token ids; peer: {peer_name}", flush=True)
-    server = launch(args.server, args.python, model, workdir)
-    if args.pin:
-        pin(server)
-    rows: list[dict[str, Any]] = []
-    try:
-        print(f"ready in {server.startup_seconds:.1f} s; warm-up round (not counted)", flush=True)
-        ours(server, w, seed=10_000)
-        peer(server, args.python, model, w, seed=10_000, workdir=workdir)
-        header = f"{'round':>5} {'client':<22} {'out tok/s':>10} {'TTFT p50 ms':>12} {'ITL p50 ms':>11} " \
-                 f"{'out tokens':>10} {'load1':>6} {'client CPU s':>12}"
-        print(header, flush=True)
-        for r in range(args.rounds):
-            order = ("ours", "peer") if r % 2 == 0 else ("peer", "ours")
-            for who in order:
-                load = os.getloadavg()[0]
-                t0, cpu0 = time.monotonic(), client_cpu()
-                fig = ours(server, w, seed=r) if who == "ours" else peer(server, args.python, model, w, seed=r,
-                                                                          workdir=workdir)
-                fig.update(round=r + 1, client=who, load1=load, wall=time.monotonic() - t0,
-                           client_cpu_s=client_cpu() - cpu0)
-                rows.append(fig)
-                name = "sglang_bench (ours)" if who == "ours" else peer_name
-                print(f"{r + 1:>5} {name:<22} {fig['output_throughput']:>10.1f} {fig['median_ttft_ms']:>12.1f} "
-                      f"{fig['median_itl_ms']:>11.2f} {fig['total_output_tokens']:>10} {load:>6.2f} "
-                      f"{fig['client_cpu_s']:>12.2f}", flush=True)
-    finally:
-        server.close()
+    name = f"{args.server}-peer"
+    with harness_for(workdir, {name: real_profile(args.server, args.python, model)}) as harness:
+        harness.start()
+        with harness.server(name) as server:
+            if args.pin:
+                pin(server)
+            startup_seconds = server.startup_seconds
+            rows = rounds(harness, server, args, w, model, workdir, peer_name)
     summary: dict[str, Any] = {"machine": machine(), "server": args.server, "peer": peer_name, "workload": w,
-                               "rounds": args.rounds, "startup_seconds": server.startup_seconds,
+                               "rounds": args.rounds, "startup_seconds": startup_seconds,
                                "pinned": args.pin}
     print()
     for metric in METRICS:
