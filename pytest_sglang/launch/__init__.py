@@ -6,7 +6,7 @@
     reaper.py   `python -m pytest_sglang.launch.reaper`: kills the tree if pytest itself dies
     release.py  a stopped server lets go of its GPUs and port;  members.py  the tree's members, who died first
     logdir.py   private logs, old ones pruned (who holds GPU memory: pytest_sglang.machine.gpus)
-    remote.py   an ssh host (remote_agent.py runs there, ssh_errors.py reads ssh's stderr, remote_gpus.py reads
+    remote.py   an ssh host (agent/ runs there, ssh_errors.py reads ssh's stderr, remote_gpus.py reads
                 its GPUs through the agent)
     slurm.py    the srun step over SLURM nodes (srun_log.py reads what srun said: its cause, each task's end)
 """

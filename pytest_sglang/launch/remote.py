@@ -7,7 +7,7 @@ value of each option, so they win over the defaults here: batch mode, keepalives
 Two connections per server, each in its own local session (a terminal's Ctrl-C reaches pytest, which stops
 the server in order, not the ssh clients):
 
-    control  ``ssh HOST exec PYTHON -c BOOTSTRAP pytest-sglang supervise``: the agent (remote_agent.py, sent
+    control  ``ssh HOST exec PYTHON -c BOOTSTRAP pytest-sglang supervise``: the agent (launch/agent/, sent
              over stdin with the spec: argv and environment as JSON, never through a shell) starts the server in
              its own session with its log on the host and an owner token in its environment, reports "started"
              and "exit" events on stdout, and tears the tree down on "stop", on end-of-file and on a missed
@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from pytest_sglang.errors import RemoteError
+from pytest_sglang.launch import agent
 from pytest_sglang.launch.plan import REMOTE_PYTHON, SIM_ENVS, LaunchPlan, base_url
 from pytest_sglang.launch.ports import free_port, url_host
 from pytest_sglang.launch.ssh_errors import explain
@@ -50,7 +51,6 @@ from pytest_sglang.launch.ssh_errors import explain
 SSH_DEFAULTS = ("-T", "-o", "BatchMode=yes", "-o", "ConnectTimeout=15", "-o", "ServerAliveInterval=5",
                 "-o", "ServerAliveCountMax=3", "-o", "ExitOnForwardFailure=yes")
 BOOTSTRAP = "import json,sys;exec(json.loads(sys.stdin.buffer.readline()))"  # no quote, $ or \ in it
-AGENT = Path(__file__).with_name("remote_agent.py")
 HEARTBEAT_SECONDS = 2.0
 HEARTBEAT_TIMEOUT = 30.0
 HANDSHAKE_SECONDS = 60.0  # connect (ConnectTimeout 15 s), log in, start python, spawn the server
@@ -136,8 +136,8 @@ def _ssh_hostname(exe: str, options: tuple[str, ...], destination: str) -> str:
 
 
 def agent_input(spec: dict[str, Any]) -> bytes:
-    """What the agent reads first: its own source, then its spec (one JSON line each)."""
-    return (json.dumps(AGENT.read_text(encoding="utf-8")) + "\n" + json.dumps(spec) + "\n").encode()
+    """What the agent reads on stdin: its own program (launch/agent/), then its spec."""
+    return (agent.program() + json.dumps(spec) + "\n").encode()
 
 
 def run_agent(rplan: RemotePlan, mode: str, spec: dict[str, Any]) -> dict[str, Any] | None:

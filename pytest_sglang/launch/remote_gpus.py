@@ -1,4 +1,4 @@
-"""The GPUs of a server on an ssh host, read there by the agent (remote_agent.py, mode ``gpus``) for the telemetry.
+"""The GPUs of a server on an ssh host, read there by the agent (agent/gpus.py, mode ``gpus``) for the telemetry.
 
 One more ssh connection per sampler (``ssh HOST ... pytest-sglang gpus``), beside the server's control and log
 connections. The agent picks the host's source (NVML where its python imports pynvml, else the nvidia-smi on
@@ -31,8 +31,8 @@ from pathlib import Path
 from typing import IO, Any
 
 from pytest_sglang.errors import RemoteError
+from pytest_sglang.launch.agent.gpus import GPU_PROTOCOL
 from pytest_sglang.launch.remote import HANDSHAKE_SECONDS, RemoteServer, agent_input
-from pytest_sglang.launch.remote_agent import GPU_PROTOCOL
 from pytest_sglang.machine.gpus import SMI_TIMEOUT_SECONDS, GpuReading, pick_gpus
 
 SYNC_PINGS = 5

@@ -1,9 +1,10 @@
 """The remote origin's parts that need no sshd: the profile keys, the endpoint choice, what ssh's refusals
 mean, the agent's log stream following a replaced file and its GPU readings (the agent run by this python, as
-a host runs it)."""
+a host runs it), and what the agent may import where nothing of the plugin is installed."""
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import subprocess
@@ -16,6 +17,7 @@ from helpers import FakeGpu
 
 from pytest_sglang.config.profiles import load_profiles
 from pytest_sglang.errors import ProfileError
+from pytest_sglang.launch import agent
 from pytest_sglang.launch.plan import plan_launch
 from pytest_sglang.launch.remote import BOOTSTRAP, agent_input, plan_remote
 from pytest_sglang.launch.remote_gpus import _readings
@@ -182,3 +184,28 @@ def test_the_gpu_agent_sends_nvmls_energy_counter_and_the_controller_reads_both_
         agent.wait()
     assert _readings(rows) == [GpuReading(0, 30.0, 2048.0, 120.0, 1980.0, 40.0, 123456789.0)]
     assert _readings([[0, 30, 2048, 120, 1980, 40]]) == [GpuReading(0, 30.0, 2048.0, 120.0, 1980.0, 40.0, None)]
+
+
+def test_each_agent_module_imports_only_the_stdlib_and_the_modules_shipped_before_it() -> None:
+    """The host has only its python: the shipped modules are all of the plugin it can import, in their order."""
+    here = Path(agent.__file__).parent
+    optional = {"pynvml"}  # imported under try: its absence is gpus.py's "no NVML" answer
+    shipped: set[str] = set()
+    for name in agent.SHIPPED:
+        for node in ast.walk(ast.parse((here / f"{name}.py").read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                assert all(alias.name.split(".")[0] in {*sys.stdlib_module_names, *optional} for alias in node.names), (
+                    f"{name}.py line {node.lineno}: an import the host may not have")
+            elif isinstance(node, ast.ImportFrom) and node.module != "__future__":
+                assert node.level == 0 and node.module is not None, f"{name}.py line {node.lineno}: relative"
+                assert node.module in shipped or node.module.split(".")[0] in sys.stdlib_module_names, (
+                    f"{name}.py line {node.lineno}: {node.module} is neither stdlib nor shipped before {name}")
+        shipped.add(f"{agent.__name__}.{name}")
+
+
+def test_the_agent_runs_from_its_shipped_sources_alone(tmp_path: Path) -> None:
+    """Run where pytest_sglang cannot be imported (-I, another folder): what the host has is what was sent."""
+    done = subprocess.run([sys.executable, "-I", "-c", BOOTSTRAP, "pytest-sglang", "sweep"], cwd=tmp_path,
+                          input=agent_input({"token": "no-such-token"}), capture_output=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr.decode()
+    assert json.loads(done.stdout.splitlines()[-1]) == {"event": "swept", "left": 0}
