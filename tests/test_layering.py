@@ -1,6 +1,7 @@
 """The package layering of docs/layout.md, read from the source: data flows one way, so no chain of plugin
 packages imports back into itself, and the leaves (machine facts, statistics, the environment knobs, the
-exceptions) import no other package of the plugin. A move that breaks it fails here, naming the imports."""
+exceptions) import no other package of the plugin; and the test tree mirrors the package. A move that breaks
+either fails here, naming what broke it."""
 
 from __future__ import annotations
 
@@ -68,3 +69,15 @@ def test_the_walk_sees_the_imports_it_judges() -> None:
     """A broken walk would pass the two tests above on an empty graph."""
     graph = _imports()
     assert "machine" in graph["baseline"] and "stats" in graph["history"] and "server" in graph["plugin"]
+
+
+CAPABILITY_SUITES = {"fleet", "integration", "remote", "slurm"}  # across packages: one capability end to end
+TEST_DATA = {"samples", "tools"}  # what the tests read and run, no tests of a package's own
+
+
+def test_the_test_tree_mirrors_the_package() -> None:
+    """tests/PKG/ holds pytest_sglang/PKG/'s tests; any other folder is a declared capability suite or data."""
+    packages = {p.parent.name for p in PACKAGE.glob("*/__init__.py")}
+    folders = {p.name for p in Path(__file__).parent.iterdir() if p.is_dir() and not p.name.startswith((".", "_"))}
+    assert packages - folders == set(), "packages without a tests/ folder of their own"
+    assert folders - packages - CAPABILITY_SUITES - TEST_DATA == set(), "a tests/ folder that mirrors no package"

@@ -17,7 +17,7 @@ Like MongoDB's own implementation (signal-processing-algorithms) and unlike the 
 sample always runs to the segment's end (kappa = e): one scan of a segment then takes O(n) Python steps (the
 within-sample distance sums by prefix, each new value against the sorted earlier ones; the cross sum is the
 total less both), where a free kappa costs O(n^2) per scan and per shuffle; splitting again still finds two steps
-(tests/history/test_changepoints.py). Within-sample means are the paper's unbiased ones (over C(m,2) pairs),
+(tests/stats/test_changepoints.py). Within-sample means are the paper's unbiased ones (over C(m,2) pairs),
 where MongoDB's divide by m^2, which lowers a small segment's spread and so favours splits near the ends.
 
 No library: MongoDB's signal-processing-algorithms 2.1.6 installs on Python 3.11 only and pins numpy<2 with

@@ -26,7 +26,7 @@ from pytest_sglang.errors import PortInUseError, ResourcesHeldWarning
 from pytest_sglang.launch import release
 from pytest_sglang.launch.process import OWNER_ENV, ServerProcess, kill_tree
 from pytest_sglang.launch.release import stop_and_release, wait_for_dying_holder, wait_released
-from pytest_sglang.machine.gpus import GpuUse, gpu_processes
+from pytest_sglang.machine.gpus import gpu_processes
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -60,12 +60,6 @@ def sleeper() -> Iterator[subprocess.Popen[bytes]]:
     proc.wait()
 
 
-def test_gpu_processes_come_from_the_nvidia_smi_on_path(fake_gpu: FakeGpu, sleeper: subprocess.Popen[bytes]) -> None:
-    fake_gpu.hold(sleeper.pid, 2048)
-    assert gpu_processes() == [GpuUse(sleeper.pid, 2048, "GPU 0")]
-    assert any("--query-compute-apps=pid,used_memory,gpu_bus_id" in q for q in fake_gpu.queries())
-
-
 def test_no_gpu_is_skipped_cleanly(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                    sleeper: subprocess.Popen[bytes], sleeps: list[float]) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))  # no nvidia-smi anywhere; pynvml is not installed here either
@@ -73,12 +67,6 @@ def test_no_gpu_is_skipped_cleanly(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     assert gpu_processes() is None
     assert wait_released({sleeper.pid}, host="127.0.0.1", port=None, timeout=5) == []
     assert sleeps == [], "nothing to wait for: no GPU, no port"
-
-
-def test_a_driver_that_does_not_answer_is_no_gpu(fake_gpu: FakeGpu) -> None:
-    (fake_gpu.bin / "nvidia-smi").write_text("#!/bin/sh\necho \"NVIDIA-SMI has failed because it couldn't "
-                                              "communicate with the NVIDIA driver.\"\nexit 9\n")
-    assert gpu_processes() is None
 
 
 def test_release_waits_until_the_pids_leave_the_gpu(fake_gpu: FakeGpu, sleeper: subprocess.Popen[bytes],
