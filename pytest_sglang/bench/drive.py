@@ -88,9 +88,11 @@ async def _drive(
             cpu0, wall0 = time.thread_time(), time.perf_counter()
             if probe is not None:
                 probe.start()  # the event loop's own lag over the round (selfcheck.py)
-            measured = await _arrivals(bodies, one, rng, request_rate, telemetry)
-            if probe is not None:
-                await probe.stop()
+            try:
+                measured = await _arrivals(bodies, one, rng, request_rate, telemetry)
+            finally:
+                if probe is not None:
+                    await probe.stop()
             done.append((measured, time.thread_time() - cpu0, time.perf_counter() - wall0))
             if between is not None:
                 between(measured)

@@ -52,10 +52,9 @@ class LoopLagProbe:
         if task is None:
             return
         task.cancel()
-        try:
-            await task
-        except asyncio.CancelledError:
-            pass
+        # wait, not `await task`: a CancelledError caught here could be the caller's own, and swallowing it
+        # would keep running a round that was cancelled
+        await asyncio.wait([task])
         self.rounds.append(lag_stats(self._lags))
 
     async def _sample(self) -> None:

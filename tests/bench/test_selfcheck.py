@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import sys
 import threading
 from collections.abc import Iterator
@@ -10,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from pytest_sglang.bench import run_bench
-from pytest_sglang.bench.selfcheck import LagStats, judge_client
+from pytest_sglang.bench.selfcheck import LagStats, LoopLagProbe, judge_client
 
 from .simproc import SimServer, run_sim
 
@@ -69,3 +70,20 @@ def test_a_starved_event_loop_marks_the_result_client_bound(sim: SimServer) -> N
     assert r.client_bound_reason is not None and "event loop woke" in r.client_bound_reason, r.client_bound_reason
     assert r.client_bound_reason.startswith("round ")  # which round, with rounds
     assert r.client_loop_lag_p90_ms is not None and r.client_loop_lag_p90_ms > 20
+
+
+def test_stopping_the_probe_leaves_its_callers_cancellation_alone() -> None:
+    async def round_cancelled_while_the_probe_stops() -> str:
+        probe = LoopLagProbe()
+        probe.start()
+        await asyncio.sleep(0.05)
+        stopping = asyncio.ensure_future(probe.stop())
+        await asyncio.sleep(0)
+        stopping.cancel()  # e.g. a timeout around the round fires just then
+        try:
+            await stopping
+        except asyncio.CancelledError:
+            return "cancelled"
+        return "swallowed"
+
+    assert asyncio.run(round_cancelled_while_the_probe_stops()) == "cancelled"
