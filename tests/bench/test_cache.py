@@ -47,10 +47,13 @@ def test_each_mode_witnessed_by_the_servers_prefix_cache(tmp_path: Path, fmt: st
         flushed, flags = bench(sim, cache="flush")  # the same prompts again: flushed after the warmup, each round
         assert [r.server_cache_hit_rate for r in flushed.rounds] == [0.0, 0.0, 0.0] and not flags
         fresh, flags = bench(sim)  # the default
-        assert fresh.cache == "fresh" and [r.server_cache_hit_rate for r in fresh.rounds] == [0.0, 0.0, 0.0]
-        assert not flags and fresh.server_cache_hit_rate == 0.0 and fresh.spread["server_cache_hit_rate"].n == 3
+        # New random prompts may share a first token with one the cache holds by chance (xdist worker gw1's
+        # seeds give one token in 128): allowed up to one a prompt. A cached round reads 31/32, as warm ones do.
+        chance = 1 / 32
+        assert fresh.cache == "fresh" and all(r.server_cache_hit_rate <= chance for r in fresh.rounds)
+        assert not flags and fresh.server_cache_hit_rate <= chance and fresh.spread["server_cache_hit_rate"].n == 3
         report = fresh.to_dict()
-        assert report["cache"] == "fresh" and [r["server_cache_hit_rate"] for r in report["rounds"]] == [0.0] * 3
+        assert report["cache"] == "fresh" and all(r["server_cache_hit_rate"] <= chance for r in report["rounds"])
     runs = [read_trace(trace)[k * 13:(k + 1) * 13] for k in range(3)]  # each run: 1 warmup + 3 rounds of 4
     warm_rounds, flush_rounds, fresh_rounds = ([{t["prompt"] for t in run[1 + 4 * j:5 + 4 * j]} for j in range(3)]
                                                for run in runs)
