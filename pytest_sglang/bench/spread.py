@@ -100,13 +100,15 @@ async def _share_round(pool: ConnectionPool, api: Api, share: Share, start_at: f
     probe = LoopLagProbe()
     cpu0, wall0 = time.thread_time(), time.perf_counter()
     probe.start()
-    tasks = []
-    for k, body in enumerate(share.bodies):
-        if share.offsets is not None:
-            await asyncio.sleep(max(0.0, start_at + share.offsets[k] - time.perf_counter()))
-        tasks.append(asyncio.ensure_future(one(body)))
-    results = list(await asyncio.gather(*tasks))
-    await probe.stop()
+    try:
+        tasks = []
+        for k, body in enumerate(share.bodies):
+            if share.offsets is not None:
+                await asyncio.sleep(max(0.0, start_at + share.offsets[k] - time.perf_counter()))
+            tasks.append(asyncio.ensure_future(one(body)))
+        results = list(await asyncio.gather(*tasks))
+    finally:
+        await probe.stop()
     return WorkerRound(results, time.thread_time() - cpu0, time.perf_counter() - wall0,
                        probe.rounds[-1] if probe.rounds else None)
 
